@@ -1,0 +1,1 @@
+"""Datasets, metrics, retrieval baselines, evaluation drivers and benchmarks."""

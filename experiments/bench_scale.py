@@ -1,0 +1,182 @@
+"""Scale benchmark: build time, peak memory and per-hop latency at 10k / 100k / 1M facts.
+
+Synthetic corpus: random unit vectors stand in for text embeddings (384-d, as MiniLM); each fact
+has 1-4 entities drawn from a skewed (Zipf-like, p ~ 1/(rank + 20)) distribution over N/5
+entities, so the largest entities are hubs in 10k+ facts at 1M facts; facts sit in passages of
+1-7 facts. The build is the real one (synonym search over entity vectors, FAISS fact index,
+the hypergraph factors); embedding is excluded, since the vectors are given.
+
+Per hop: `HypergraphRetriever` on a query vector (seed search included, query embedding
+excluded), hop 1 with an empty frontier and hop 2 carrying hop 1's frontier. Beside it, in the
+same process and over the same graph, one global Personalized PageRank query as HippoRAG runs
+it: power iteration (scipy.sparse, damping 0.5, to an L1 change below 1e-6) over the
+fact-entity-passage graph, personalised on the same dense seeds.
+
+Each size runs in its own process, so peak RSS is that size's own.
+
+    python experiments/bench_scale.py [--sizes 10000,100000,1000000] [--queries 50] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+
+import numpy as np
+import scipy.sparse as sp
+
+DIM = 384
+
+
+def unit_vectors(rng: np.random.Generator, n: int, chunk: int = 100_000) -> np.ndarray:
+    out = np.empty((n, DIM), dtype=np.float32)
+    for start in range(0, n, chunk):
+        block = rng.standard_normal((min(chunk, n - start), DIM), dtype=np.float32)
+        block /= np.linalg.norm(block, axis=1, keepdims=True)
+        out[start : start + len(block)] = block
+    return out
+
+
+def synthetic_corpus(n_facts: int, seed: int = 0):
+    """Fact -> entity incidence (skewed), fact -> passage ids, and the three vector sets."""
+    from modules.hypergraph import binary_csr
+
+    rng = np.random.default_rng(seed)
+    n_entities = max(n_facts // 5, 10)
+    per_fact = rng.integers(1, 5, size=n_facts)
+    weights = 1.0 / (np.arange(n_entities) + 20.0)
+    entity_of = rng.choice(n_entities, size=int(per_fact.sum()), p=weights / weights.sum())
+    fact_of = np.repeat(np.arange(n_facts), per_fact)
+    incidence = binary_csr(fact_of, entity_of, (n_facts, n_entities))
+    sizes = rng.integers(1, 8, size=n_facts)  # more than enough passages
+    passage_of = np.repeat(np.arange(n_facts), sizes)[:n_facts]
+    return incidence, passage_of, int(passage_of[-1]) + 1, unit_vectors(rng, n_facts), unit_vectors(rng, n_entities)
+
+
+def ppr_matrix(incidence: sp.csr_matrix, passage_of: np.ndarray, n_passages: int) -> sp.csr_matrix:
+    """Column-stochastic transitions of the undirected fact-entity-passage graph."""
+    n_facts, n_entities = incidence.shape
+    fact_passage = sp.csr_matrix((np.ones(n_facts), (np.arange(n_facts), passage_of)), shape=(n_facts, n_passages))
+    adjacency = sp.bmat([
+        [None, incidence, fact_passage],
+        [incidence.T, None, None],
+        [fact_passage.T, None, None],
+    ], format="csr")
+    degree = np.asarray(adjacency.sum(axis=0)).ravel()
+    return (adjacency @ sp.diags(np.divide(1.0, degree, out=np.zeros_like(degree), where=degree > 0))).tocsr()
+
+
+def personalized_pagerank(transitions: sp.csr_matrix, seeds: np.ndarray, damping: float = 0.5, tol: float = 1e-6, max_iter: int = 100) -> np.ndarray:
+    reset = np.zeros(transitions.shape[0])
+    reset[seeds] = 1.0 / len(seeds)
+    rank = reset.copy()
+    for _ in range(max_iter):
+        updated = (1 - damping) * reset + damping * (transitions @ rank)
+        if np.abs(updated - rank).sum() < tol:
+            return updated
+        rank = updated
+    return rank
+
+
+def run_size(n_facts: int, n_queries: int, ppr_queries: int) -> dict:
+    from modules.hypergraph import Hypergraph, expand_synonyms
+    from modules.retriever import FactTable, HypergraphRetriever, RetrieverConfig
+    from modules.vectors import VectorIndex
+    from pipeline.config import IndexConfig
+    from pipeline.index import synonym_matrix
+
+    incidence, passage_of, n_passages, fact_vectors, entity_vectors = synthetic_corpus(n_facts)
+    config = IndexConfig()
+
+    started = time.perf_counter()
+    synonyms, _ = synonym_matrix(entity_vectors, config.eta, config.synonym_neighbors, config.exact_search_max)
+    fact_index = VectorIndex.build(fact_vectors, exact_max=config.exact_search_max)
+    hypergraph = Hypergraph(expand_synonyms(incidence, synonyms), passage_of, n_passages)
+    build_s = time.perf_counter() - started
+
+    rng = np.random.default_rng(1)
+    queries = unit_vectors(rng, n_queries)
+    lookup = {f"q{k}": queries[k] for k in range(n_queries)}
+    table = FactTable(text=_FactNames(), passage=passage_of, passage_titles=_FactNames(), vectors=fact_vectors, index=fact_index)
+    retriever = HypergraphRetriever(hypergraph, table, lookup.__getitem__, RetrieverConfig())
+    retriever("q0")  # warm-up
+    hop_ms, seeds_of = [], []
+    for k in range(n_queries):
+        t0 = time.perf_counter()
+        first = retriever(f"q{k}")
+        t1 = time.perf_counter()
+        retriever(f"q{(k + 1) % n_queries}", frontier=first.frontier)
+        t2 = time.perf_counter()
+        hop_ms += [1000 * (t1 - t0), 1000 * (t2 - t1)]
+        seeds_of.append(first.trace["dense_seeds"])
+
+    transitions = ppr_matrix(hypergraph.B_he, passage_of, n_passages)
+    ppr_ms = []
+    for seeds in seeds_of[:ppr_queries]:
+        t0 = time.perf_counter()
+        personalized_pagerank(transitions, np.asarray(seeds))
+        ppr_ms.append(1000 * (time.perf_counter() - t0))
+
+    degrees = np.asarray(incidence.sum(axis=0)).ravel()
+    return {
+        "facts": n_facts,
+        "entities": int(incidence.shape[1]),
+        "passages": n_passages,
+        "largest_entity_degree": int(degrees.max()),
+        "entities_in_10k_plus_facts": int((degrees >= 10_000).sum()),
+        "fact_search": fact_index.kind,
+        "build_s": round(build_s, 2),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "hop_ms_median": round(float(np.median(hop_ms)), 3),
+        "hop_ms_p95": round(float(np.percentile(hop_ms, 95)), 3),
+        "ppr_ms_median": round(float(np.median(ppr_ms)), 3),
+        "hops_timed": len(hop_ms),
+        "ppr_queries_timed": len(ppr_ms),
+    }
+
+
+class _FactNames:
+    """Stand-in fact texts and titles ("f<id>") without a million-string list."""
+
+    def __getitem__(self, k: int) -> str:
+        return f"f{k}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", default="10000,100000,1000000", help="comma-separated fact counts")
+    parser.add_argument("--queries", type=int, default=50, help="queries per size (two hops each)")
+    parser.add_argument("--ppr-queries", type=int, default=10, help="PPR queries per size")
+    parser.add_argument("--json", action="store_true", help="end with one JSON object")
+    parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # internal: run one size in this process
+    args = parser.parse_args(argv)
+    if args.one:
+        print(json.dumps(run_size(args.one, args.queries, args.ppr_queries)))
+        return 0
+    results = []
+    for size in [int(s) for s in args.sizes.split(",") if s.strip()]:
+        command = [sys.executable, __file__, "--one", str(size), "--queries", str(args.queries), "--ppr-queries", str(args.ppr_queries)]
+        finished = subprocess.run(command, capture_output=True, text=True)
+        if finished.returncode != 0:
+            print(f"error: size {size} failed: {finished.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
+            return 1
+        row = json.loads(finished.stdout.strip().splitlines()[-1])
+        results.append(row)
+        print(
+            f"{row['facts']:>9,} facts: build {row['build_s']:7.2f} s  peak RSS {row['peak_rss_mb']:8.1f} MB  "
+            f"hop median {row['hop_ms_median']:6.2f} ms  p95 {row['hop_ms_p95']:6.2f} ms  "
+            f"PPR median {row['ppr_ms_median']:8.2f} ms  ({row['ppr_ms_median'] / row['hop_ms_median']:.0f}x)  "
+            f"hub degree {row['largest_entity_degree']:,}",
+            flush=True,
+        )
+    if args.json:
+        print(json.dumps({"sizes": results}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,44 @@
+"""Metrics as in HippoRAG 2 and the paper: Recall@k over passages, EM and token F1 (SQuAD)."""
+
+from __future__ import annotations
+
+import re
+import string
+from collections import Counter
+from typing import Iterable, Sequence
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCTUATION = set(string.punctuation)
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD normalisation: lower-case, drop punctuation and articles, collapse whitespace."""
+    text = "".join(c for c in text.lower() if c not in _PUNCTUATION)
+    return " ".join(_ARTICLES.sub(" ", text).split())
+
+
+def exact_match(prediction: str, answers: Iterable[str]) -> float:
+    predicted = normalize_answer(prediction)
+    return max((float(predicted == normalize_answer(a)) for a in answers), default=0.0)
+
+
+def _f1(prediction: str, answer: str) -> float:
+    predicted, gold = normalize_answer(prediction).split(), normalize_answer(answer).split()
+    common = sum((Counter(predicted) & Counter(gold)).values())
+    if common == 0:
+        return 0.0
+    precision, recall = common / len(predicted), common / len(gold)
+    return 2 * precision * recall / (precision + recall)
+
+
+def f1_score(prediction: str, answers: Iterable[str]) -> float:
+    """Token F1, best over the answer and its aliases."""
+    return max((_f1(prediction, a) for a in answers), default=0.0)
+
+
+def recall_at_k(ranked_passages: Sequence[int], gold_passages: Sequence[int], k: int) -> float:
+    """|gold among the top-k| / |gold|; a question without gold passages is not scored (raises)."""
+    gold = set(gold_passages)
+    if not gold:
+        raise ValueError("recall_at_k needs at least one gold passage")
+    return len(gold & set(ranked_passages[:k])) / len(gold)

@@ -1,0 +1,1 @@
+"""Deterministic and LM building blocks: facts, hypergraph, vector search, retriever."""

@@ -1,0 +1,187 @@
+"""`HypergraphRetriever`: answer-guided, bounded expansion over the fact hypergraph (steps 6-9).
+
+Deterministic and free of LM calls and I/O: it reads only the in-memory hypergraph, the fact
+vectors and the query encoder it was given.
+
+Choices where METHOD.md leaves the paper silent:
+- Seeds (step 6): the `n_seeds` facts nearest to the query, united with the carried frontier.
+- Subgraph (step 7): `walk_steps` steps of a random walk over T_s from the uniform
+  distribution on the seeds; the `subgraph_bound` facts of largest summed visiting mass, with
+  every seed always kept (see `Hypergraph.local_subgraph`).
+- Distance 0: facts of the carried frontier are kept, not re-ranked; candidates are new facts.
+- struct on the first hop (F_0 empty): the inverse distance to the dense seeds, and a seed
+  itself (distance 0) gets struct 1. Later hops measure the distance to the frontier, and all
+  candidates are outside it, so their distance is at least 1: struct = 1 / max(d, 1) throughout.
+- Ties in the score are broken by fact id, so the ranking is a pure function of the input.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Callable, Sequence
+
+import dspy
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.csgraph import dijkstra
+
+from modules.errors import HyperProveError
+from modules.facts import ScoredFact
+from modules.hypergraph import Hypergraph
+from modules.vectors import VectorIndex
+
+
+@dataclass
+class RetrieverConfig:
+    """The hyperparameters of steps 6-9 (alpha, theta, L, K and the bounds of the search)."""
+
+    alpha: float = 0.8  # step 9: weight of the dense cosine against struct
+    theta: float = 0.05  # step 8: keep transitions T*[i,j] > theta
+    depth: int = 2  # step 8: L, breadth-first steps from the seeds
+    top_k: int = 3  # step 9: K facts added to the frontier per hop
+    n_seeds: int = 10  # step 6: dense entry facts per hop
+    subgraph_bound: int = 600  # step 7: facts in the local subgraph G*_t
+    walk_steps: int = 2  # step 7: random-walk steps that rank facts for G*_t
+    push_epsilon: float = 1e-5  # step 7: smallest per-fact mass an entity or passage spreads
+
+    def __post_init__(self) -> None:
+        checks = {
+            "alpha": 0.0 <= self.alpha <= 1.0,
+            "theta": 0.0 <= self.theta < 1.0,
+            "depth": self.depth >= 0,
+            "top_k": self.top_k >= 1,
+            "n_seeds": self.n_seeds >= 1,
+            "subgraph_bound": self.subgraph_bound >= 1,
+            "walk_steps": self.walk_steps >= 0,
+            "push_epsilon": self.push_epsilon >= 0.0,
+        }
+        for name, ok in checks.items():
+            if not ok:
+                raise HyperProveError(f"retriever config: {name}={getattr(self, name)!r} is out of range")
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "RetrieverConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise HyperProveError(f"retriever config: unknown field {unknown[0]!r} (known: {', '.join(sorted(known))})")
+        return cls(**values)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class FactTable:
+    """What the retriever reads about facts besides the graph: text, provenance, unit vectors."""
+
+    text: Sequence[str]
+    passage: np.ndarray
+    passage_titles: Sequence[str]
+    vectors: np.ndarray
+    index: VectorIndex
+
+
+def hop_distances(edges: sp.csr_matrix, sources: np.ndarray, limit: float = np.inf) -> np.ndarray:
+    """Unweighted shortest-path length from the nearest source to every node (inf: unreachable)."""
+    if len(sources) == 0:
+        return np.full(edges.shape[0], np.inf)
+    return dijkstra(edges, directed=True, indices=sources, unweighted=True, min_only=True, limit=limit)
+
+
+class HypergraphRetriever(dspy.Module):
+    """Query + carried frontier -> top-K scored facts, the new frontier, and a trace."""
+
+    def __init__(
+        self,
+        hypergraph: Hypergraph,
+        facts: FactTable,
+        encode: Callable[[str], np.ndarray],
+        config: RetrieverConfig | None = None,
+    ):
+        super().__init__()
+        self.hypergraph = hypergraph
+        self.facts = facts
+        self.encode = encode
+        self.config = config or RetrieverConfig()
+
+    def forward(self, query: str, frontier: Sequence[int] = ()) -> dspy.Prediction:
+        config = self.config
+        query_vector = np.asarray(self.encode(query), dtype=np.float32).ravel()
+        frontier = np.array(list(dict.fromkeys(int(f) for f in frontier)), dtype=np.int64)
+
+        # Step 6: dense seeds together with the carried frontier.
+        _, ids = self.facts.index.search(query_vector, config.n_seeds)
+        dense_seeds = ids[0][ids[0] >= 0].astype(np.int64)
+        seeds = np.union1d(dense_seeds, frontier)
+
+        # Step 7: bounded local subgraph and its renormalised transitions T*.
+        nodes = self.hypergraph.local_subgraph(seeds, config.subgraph_bound, config.walk_steps, config.push_epsilon)
+        local = self.hypergraph.local_transitions(nodes)
+
+        # Step 8: N_theta and a breadth-first search of at most L steps from the seeds.
+        edges = (local > config.theta).astype(np.float64).tocsr()
+        from_seeds = hop_distances(edges, np.searchsorted(nodes, seeds), limit=config.depth)
+        in_frontier = np.isin(nodes, frontier)
+        candidates = np.flatnonzero(np.isfinite(from_seeds) & ~in_frontier)
+
+        # Step 9: score = alpha * cos + (1 - alpha) * struct over the new candidates.
+        targets = frontier if len(frontier) else dense_seeds
+        to_targets = hop_distances(edges.T.tocsr(), np.searchsorted(nodes, targets))[candidates]
+        struct = np.where(np.isfinite(to_targets), 1.0 / np.maximum(to_targets, 1.0), 0.0)
+        candidate_ids = nodes[candidates]
+        cos = self.facts.vectors[candidate_ids] @ query_vector
+        score = config.alpha * cos + (1.0 - config.alpha) * struct
+        order = np.lexsort((candidate_ids, -score))
+        top = [self._scored(candidate_ids[k], cos[k], struct[k], score[k]) for k in order[: config.top_k]]
+        ranked_ids = candidate_ids[order]
+
+        new_frontier = [int(f) for f in frontier] + [f.id for f in top]
+        trace = {
+            "query": query,
+            "dense_seeds": dense_seeds.tolist(),
+            "frontier_in": frontier.tolist(),
+            "subgraph_size": int(len(nodes)),
+            "subgraph_edges": int(edges.nnz),
+            "candidates": int(len(candidates)),
+            "facts": [f.to_dict() for f in top],
+        }
+        passages = unique_in_order(self.facts.passage[ranked_ids])
+        return dspy.Prediction(facts=top, frontier=new_frontier, ranked_ids=ranked_ids, passages=passages, trace=trace)
+
+    def _scored(self, fact_id: int, cos: float, struct: float, score: float) -> ScoredFact:
+        passage = int(self.facts.passage[fact_id])
+        return ScoredFact(
+            id=int(fact_id),
+            text=self.facts.text[fact_id],
+            passage=passage,
+            title=self.facts.passage_titles[passage],
+            cos=float(cos),
+            struct=float(struct),
+            score=float(score),
+        )
+
+
+def unique_in_order(values: np.ndarray) -> list[int]:
+    """Distinct values in order of first occurrence (ranked facts -> ranked passages)."""
+    values = np.asarray(values)
+    _, first = np.unique(values, return_index=True)
+    return values[np.sort(first)].tolist()
+
+
+def interleave_passages(hop_rankings: Sequence[Sequence[int]], limit: int | None = None) -> list[int]:
+    """Merge per-hop passage rankings rank by rank (hop 1 #1, hop 2 #1, hop 1 #2, ...), de-duplicated.
+
+    METHOD.md's measured hint: interleaving the hops gave Recall@2 61 against 49 for listing
+    hop 1 before hop 2, at the same Recall@5.
+    """
+    merged: list[int] = []
+    seen: set[int] = set()
+    for rank in range(max((len(r) for r in hop_rankings), default=0)):
+        for ranking in hop_rankings:
+            if rank < len(ranking) and ranking[rank] not in seen:
+                seen.add(ranking[rank])
+                merged.append(ranking[rank])
+                if limit is not None and len(merged) >= limit:
+                    return merged
+    return merged

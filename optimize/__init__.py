@@ -1,0 +1,1 @@
+"""Prompt compilation, Optuna sweeps, MLflow tracking and run reproduction (the optimize room)."""

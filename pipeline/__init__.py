@@ -1,0 +1,1 @@
+"""Corpus -> index, configuration, embedder and the command line."""

@@ -1,0 +1,160 @@
+"""Fact extraction (METHOD.md step 1) behind one interface, and the LM-free `sentences` extractor.
+
+An extractor turns one passage into facts; everything downstream (entity normalisation,
+synonyms, incidence) is shared, so the LM extractor plugs in through the same `Extractor`
+protocol.
+
+The `sentences` extractor, rule by rule (deterministic, no model):
+1. Sentences: split after . ! ? followed by whitespace and an upper-case letter, digit or quote,
+   except after common abbreviations (Dr., St., U.S., Jan., ...) and single-letter initials.
+2. Pronouns: a sentence that is not the passage's first and starts with He/She/It/They
+   becomes "<title> ..." and with His/Her/Its/Their becomes "<title>'s ..."; the title is
+   used without a trailing parenthetical ("Jaws (film)" -> "Jaws"). First sentences usually
+   name their subject, and later sentence-initial pronouns mostly refer back to it.
+3. Entities of a fact: the title when the (resolved) sentence mentions it; capitalised spans
+   outside it (runs of capitalised words, joined by of/the/de/von/van/...; a lone sentence-initial
+   function word such as "The" or "In" is not an entity); dates ("11 February 1929",
+   "February 11, 1929", "June 1990"); years and numbers of two or more digits, with an era
+   marker when one follows ("1929", "323 BC", "16,801", "3.5"). Single digits are left out: they join unrelated facts through hubs.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable, Protocol, Sequence
+
+from modules.errors import HyperProveError
+from modules.facts import Fact, Passage
+
+
+class Extractor(Protocol):
+    """Turns passages into facts; `name` and `version` go into the index manifest."""
+
+    name: str
+    version: str
+
+    def extract(self, passages: Sequence[Passage], first_id: int = 0) -> list[list[Fact]]:
+        """Facts of each passage in order; passage k gets corpus id first_id + k."""
+        ...
+
+
+_ABBREVIATIONS = {
+    "mr", "mrs", "ms", "dr", "st", "jr", "sr", "prof", "gen", "col", "lt", "sgt", "capt", "gov",
+    "sen", "rep", "rev", "mt", "ft", "no", "vol", "vs", "etc", "inc", "ltd", "co", "corp", "jan",
+    "feb", "mar", "apr", "jun", "jul", "aug", "sep", "sept", "oct", "nov", "dec", "u.s", "u.k",
+    "e.g", "i.e", "approx", "est", "ca", "c",
+}
+_SENTENCE_END = re.compile(r"(?<=[.!?])[\"'”)]?\s+(?=[A-Z0-9\"“'(])")
+_SUBJECT_PRONOUN = re.compile(r"^(He|She|It|They)\b")
+_POSSESSIVE_PRONOUN = re.compile(r"^(His|Her|Its|Their)\b")
+_PARENTHETICAL = re.compile(r"\s*\([^)]*\)\s*$")
+_MONTHS = "January|February|March|April|May|June|July|August|September|October|November|December"
+_DATE = re.compile(
+    rf"\b(?:\d{{1,2}} (?:{_MONTHS})(?:,? \d{{3,4}})?|(?:{_MONTHS}) \d{{1,2}}, \d{{3,4}}|(?:{_MONTHS}) \d{{3,4}})\b"
+)
+_NUMBER = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?(?: (?:BC|BCE|AD|CE)\b)?(?![\w])")
+_CONNECTORS = r"(?:of|the|de|del|della|da|di|du|la|le|von|van|der|den|for|al|bin|ibn)"
+_CAPITALISED = re.compile(
+    rf"\b[A-Z][\w'’&.-]*(?:\s+(?:{_CONNECTORS}\s+)*[A-Z][\w'’&.-]*)*"
+)
+_FUNCTION_WORDS = {
+    "a", "an", "the", "in", "on", "at", "of", "for", "to", "by", "with", "from", "after", "before",
+    "during", "since", "as", "he", "she", "it", "they", "his", "her", "its", "their", "this", "that",
+    "these", "those", "there", "here", "when", "where", "while", "although", "however", "but", "and",
+    "or", "if", "some", "many", "most", "other", "both", "each", "one", "we", "i", "you", "what",
+    "who", "which", "following", "today", "also", "between", "under", "over", "despite", "bc", "bce",
+    "ad", "ce",
+}
+
+
+def split_sentences(text: str) -> list[str]:
+    """Rule 1: sentence boundaries that are not abbreviations or initials."""
+    sentences: list[str] = []
+    start = 0
+    for boundary in _SENTENCE_END.finditer(text):
+        candidate = text[start : boundary.start()].rstrip()
+        last_word = candidate.rsplit(None, 1)[-1] if candidate.split() else ""
+        stem = last_word.rstrip(".!?\"'”)").lower()
+        if last_word.endswith(".") and (stem in _ABBREVIATIONS or re.fullmatch(r"[a-z]", stem)):
+            continue
+        sentences.append(text[start : boundary.end()].strip())
+        start = boundary.end()
+    tail = text[start:].strip()
+    if tail:
+        sentences.append(tail)
+    return [s for s in sentences if s]
+
+
+def subject_name(title: str) -> str:
+    """A title without its disambiguating parenthetical: "Jaws (film)" -> "Jaws"."""
+    return _PARENTHETICAL.sub("", title).strip() or title.strip()
+
+
+def resolve_pronoun(sentence: str, subject: str) -> tuple[str, bool]:
+    """Rule 2: replace a sentence-initial pronoun with the subject; says whether it did."""
+    if _POSSESSIVE_PRONOUN.match(sentence):
+        return _POSSESSIVE_PRONOUN.sub(f"{subject}'s", sentence, count=1), True
+    if _SUBJECT_PRONOUN.match(sentence):
+        return _SUBJECT_PRONOUN.sub(subject, sentence, count=1), True
+    return sentence, False
+
+
+def find_entities(sentence: str, subject: str) -> list[str]:
+    """Rule 3: title, capitalised spans, dates and numbers, in order of first appearance."""
+    found: list[tuple[int, str]] = []
+    taken = [(m.start(), m.end()) for m in _DATE.finditer(sentence)]
+    at = sentence.lower().find(subject.lower()) if subject else -1
+    if at >= 0:
+        found.append((at, subject))
+        taken.append((at, at + len(subject)))
+    found += [(m.start(), m.group()) for m in _DATE.finditer(sentence)]
+    for match in _CAPITALISED.finditer(sentence):
+        span = match.group().rstrip(".'’-")
+        words = span.split()
+        while words and words[0].lower() in _FUNCTION_WORDS:
+            words = words[1:]
+        if not words or (len(words) == 1 and words[0].lower() in _FUNCTION_WORDS):
+            continue
+        if any(match.start() < e and s < match.end() for s, e in taken):
+            continue
+        found.append((match.start(), " ".join(words)))
+    for match in _NUMBER.finditer(sentence):
+        digits = re.sub(r"\D", "", match.group())
+        if len(digits) >= 2 and not any(s <= match.start() < e for s, e in taken):
+            found.append((match.start(), match.group()))
+    ordered = dict.fromkeys(name for _, name in sorted(found, key=lambda item: item[0]))
+    return list(ordered)
+
+
+class SentenceExtractor:
+    """Sentences as facts, entities by rule (see the module docstring)."""
+
+    name = "sentences"
+    version = "1"
+
+    def extract(self, passages: Sequence[Passage], first_id: int = 0) -> list[list[Fact]]:
+        return [self.extract_passage(p, first_id + k) for k, p in enumerate(passages)]
+
+    def extract_passage(self, passage: Passage, passage_id: int) -> list[Fact]:
+        subject = subject_name(passage.title)
+        facts = []
+        for position, sentence in enumerate(split_sentences(passage.text)):
+            if position > 0:
+                sentence, _ = resolve_pronoun(sentence, subject)
+            facts.append(Fact(text=sentence, entities=tuple(find_entities(sentence, subject)), passage=passage_id))
+        if not facts and passage.title.strip():
+            facts.append(Fact(text=subject, entities=(subject,), passage=passage_id))
+        return facts
+
+
+EXTRACTORS = {"sentences": SentenceExtractor}
+
+
+def make_extractor(name: str) -> Extractor:
+    if name not in EXTRACTORS:
+        raise HyperProveError(f"unknown extractor {name!r} (available: {', '.join(sorted(EXTRACTORS))})")
+    return EXTRACTORS[name]()
+
+
+def all_facts(per_passage: Iterable[list[Fact]]) -> list[Fact]:
+    return [fact for facts in per_passage for fact in facts]

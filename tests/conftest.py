@@ -1,0 +1,85 @@
+"""Shared fixtures: the hand-worked 6-fact hypergraph and a deterministic test embedder."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from modules.hypergraph import Hypergraph, binary_csr
+from modules.retriever import FactTable, HypergraphRetriever, RetrieverConfig
+from modules.vectors import VectorIndex
+
+# Facts 0-2 in passage 0, facts 3-4 in passage 1, fact 5 alone in passage 2.
+# Entities: a = 0 (facts 0, 1), b = 1 (facts 1, 3), c = 2 (facts 3, 4), d = 3 (fact 5).
+FACT_ENTITIES = [[0], [0, 1], [], [1, 2], [2], [3]]
+FACT_PASSAGE = [0, 0, 0, 1, 1, 2]
+# cos of each fact with query "q1" = e0 and with query "q2" = e2 (the rest of the norm in e1).
+COS_Q1 = [0.9, 0.1, 0.5, 0.2, 0.3, 0.25]
+COS_Q2 = [0.0, 0.1, 0.0, 0.3, 0.9, 0.2]
+
+
+def incidence(fact_entities, n_entities):
+    rows = [i for i, ents in enumerate(fact_entities) for _ in ents]
+    cols = [e for ents in fact_entities for e in ents]
+    return binary_csr(np.array(rows, dtype=np.int64), np.array(cols, dtype=np.int64), (len(fact_entities), n_entities))
+
+
+@pytest.fixture
+def hand_graph() -> Hypergraph:
+    return Hypergraph(incidence(FACT_ENTITIES, 4), np.array(FACT_PASSAGE), 3)
+
+
+@pytest.fixture
+def hand_vectors() -> np.ndarray:
+    c1, c2 = np.array(COS_Q1), np.array(COS_Q2)
+    return np.stack([c1, np.sqrt(1 - c1**2 - c2**2), c2], axis=1).astype(np.float32)
+
+
+QUERIES = {"q1": np.array([1.0, 0.0, 0.0], dtype=np.float32), "q2": np.array([0.0, 0.0, 1.0], dtype=np.float32)}
+
+
+@pytest.fixture
+def make_retriever(hand_graph, hand_vectors):
+    def make(**config) -> HypergraphRetriever:
+        table = FactTable(
+            text=[f"fact {i}" for i in range(6)],
+            passage=np.array(FACT_PASSAGE),
+            passage_titles=["P0", "P1", "P2"],
+            vectors=hand_vectors,
+            index=VectorIndex.build(hand_vectors),
+        )
+        defaults = dict(n_seeds=1, walk_steps=2, push_epsilon=0.0)
+        return HypergraphRetriever(hand_graph, table, QUERIES.__getitem__, RetrieverConfig(**{**defaults, **config}))
+
+    return make
+
+
+class HashEmbedder:
+    """Bag-of-words hashing into 256 dimensions: deterministic, instant, similar texts are close."""
+
+    id = "test-hash"
+    dim = 256
+
+    def encode(self, texts, progress=None) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            for word in re.findall(r"\w+", text.lower()):
+                out[row, int(hashlib.md5(word.encode()).hexdigest(), 16) % self.dim] += 1.0
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        return out / np.where(norms > 0, norms, 1.0)
+
+    def encode_query(self, text: str) -> np.ndarray:
+        return self.encode([text])[0]
+
+
+@pytest.fixture
+def hash_embedder() -> HashEmbedder:
+    return HashEmbedder()
+
+
+def dense(matrix) -> np.ndarray:
+    return matrix.toarray() if sp.issparse(matrix) else np.asarray(matrix)

@@ -1,0 +1,50 @@
+"""The rule-based `sentences` extractor, rule by rule."""
+
+import pytest
+
+from modules.errors import HyperProveError
+from modules.facts import Fact, Passage
+from pipeline.extract import SentenceExtractor, find_entities, make_extractor, resolve_pronoun, split_sentences, subject_name
+
+
+def test_split_sentences_keeps_abbreviations_and_initials():
+    text = 'Dr. J. R. R. Tolkien wrote it in 1937. It sold well! "Why?" Nobody asked. St. Paul is a city.'
+    assert split_sentences(text) == [
+        "Dr. J. R. R. Tolkien wrote it in 1937.",
+        "It sold well!",
+        '"Why?"',
+        "Nobody asked.",
+        "St. Paul is a city.",
+    ]
+
+
+def test_pronouns_resolve_to_the_title_without_its_parenthetical():
+    assert subject_name("Jaws (film)") == "Jaws"
+    assert resolve_pronoun("It was released in 1975.", "Jaws") == ("Jaws was released in 1975.", True)
+    assert resolve_pronoun("His mother died.", "Steven Spielberg") == ("Steven Spielberg's mother died.", True)
+    assert resolve_pronoun("Ithaca is a town.", "X") == ("Ithaca is a town.", False)
+
+
+def test_entities_title_spans_dates_and_numbers():
+    sentence = "Jaws was directed by Steven Spielberg on 20 June 1975 and earned 470,700,000 dollars in 3 weeks."
+    assert find_entities(sentence, "Jaws") == ["Jaws", "Steven Spielberg", "20 June 1975", "470,700,000"]
+    # a lone sentence-initial function word is not an entity; era markers stay with their year
+    assert find_entities("The empire collapsed in 330 BC after the Battle of Gaugamela.", "Iran") == ["330 BC", "Battle of Gaugamela"]
+
+
+def test_extractor_resolves_pronouns_after_the_first_sentence_only():
+    passage = Passage("Steven Spielberg", "He is a director. He directed Jaws in 1975.")
+    facts = SentenceExtractor().extract([passage], first_id=7)[0]
+    assert facts == [
+        Fact("He is a director.", (), 7),
+        Fact("Steven Spielberg directed Jaws in 1975.", ("Steven Spielberg", "Jaws", "1975"), 7),
+    ]
+
+
+def test_empty_passage_becomes_its_title():
+    assert SentenceExtractor().extract([Passage("Lonely Title", "")])[0] == [Fact("Lonely Title", ("Lonely Title",), 0)]
+
+
+def test_unknown_extractor_is_a_one_line_error():
+    with pytest.raises(HyperProveError, match="unknown extractor 'magic'"):
+        make_extractor("magic")

@@ -1,0 +1,29 @@
+"""EM, F1 and Recall@k against values computed by hand."""
+
+import pytest
+
+from experiments.metrics import exact_match, f1_score, normalize_answer, recall_at_k
+
+
+def test_normalisation():
+    assert normalize_answer("The  Eiffel Tower!") == "eiffel tower"
+
+
+def test_exact_match_over_aliases():
+    assert exact_match("the Beatles", ["Beatles"]) == 1.0
+    assert exact_match("Ringo", ["John", "ringo."]) == 1.0
+    assert exact_match("Paul", ["John"]) == 0.0
+
+
+def test_f1_by_hand():
+    # prediction "new york city" vs "new york": common 2, precision 2/3, recall 1 -> 0.8
+    assert f1_score("New York City", ["New York"]) == pytest.approx(0.8)
+    assert f1_score("New York City", ["Boston", "york city"]) == pytest.approx(0.8)
+    assert f1_score("", ["x"]) == 0.0
+
+
+def test_recall_at_k():
+    assert recall_at_k([5, 1, 9, 2], [1, 2], 2) == 0.5
+    assert recall_at_k([5, 1, 9, 2], [1, 2], 5) == 1.0
+    with pytest.raises(ValueError):
+        recall_at_k([1], [], 2)

@@ -1,0 +1,111 @@
+"""HypergraphRetriever on the hand-worked graph (conftest): every number below is derived there.
+
+Hop 1, query q1, one dense seed (fact 0, cos 0.9), subgraph {0, 1, 2, 3} (fact 4 is three walk
+steps away). T* over it: row 0 = [0, 5/7, 2/7, 0], row 1 = [1/2, 0, 1/5, 3/10],
+row 2 = [1/2, 1/2, 0, 0], row 3 = [0, 1, 0, 0].
+"""
+
+import numpy as np
+import pytest
+
+from modules.errors import HyperProveError
+from modules.retriever import RetrieverConfig, interleave_passages, unique_in_order
+
+
+def ids(prediction):
+    return [f.id for f in prediction.facts]
+
+
+def test_first_hop_scores_by_hand(make_retriever):
+    # theta 0.25 keeps 0->1, 0->2, 1->0, 1->3, 2->0, 2->1, 3->1 (1->2 = 0.2 is cut).
+    # struct = 1/max(d,1) of the distance to the dense seed {0}: 0: 1, 1: 1, 2: 1, 3 (3->1->0): 1/2.
+    hop = make_retriever(alpha=0.5, theta=0.25, depth=2, top_k=2)("q1")
+    scores = {f.id: f.score for f in hop.facts}
+    assert ids(hop) == [0, 2]
+    assert scores[0] == pytest.approx(0.5 * 0.9 + 0.5 * 1.0)
+    assert scores[2] == pytest.approx(0.5 * 0.5 + 0.5 * 1.0)
+    assert hop.ranked_ids.tolist() == [0, 2, 1, 3]  # 0.95, 0.75, 0.55, 0.35
+    assert hop.frontier == [0, 2]
+    assert hop.trace["subgraph_size"] == 4 and hop.trace["dense_seeds"] == [0]
+
+
+def test_alpha_one_ranks_by_cosine_only(make_retriever):
+    hop = make_retriever(alpha=1.0, theta=0.25, depth=2, top_k=4)("q1")
+    assert hop.ranked_ids.tolist() == [0, 2, 3, 1]
+    assert [f.struct for f in hop.facts] == pytest.approx([1, 1, 0.5, 1])
+
+
+def test_theta_cuts_transitions(make_retriever):
+    # theta 0.4 keeps 0->1, 1->0, 2->0, 2->1, 3->1: from 0 only 1 is reachable.
+    hop = make_retriever(alpha=0.5, theta=0.4, depth=4, top_k=5)("q1")
+    assert hop.ranked_ids.tolist() == [0, 1]
+
+
+def test_depth_bounds_the_search(make_retriever):
+    # theta 0.25: 1 and 2 are one step from 0, fact 3 two steps.
+    assert sorted(make_retriever(theta=0.25, depth=1, top_k=5)("q1").ranked_ids.tolist()) == [0, 1, 2]
+    assert sorted(make_retriever(theta=0.25, depth=2, top_k=5)("q1").ranked_ids.tolist()) == [0, 1, 2, 3]
+    assert make_retriever(theta=0.25, depth=0, top_k=5)("q1").ranked_ids.tolist() == [0]
+
+
+def test_top_k_sets_how_many_facts_join_the_frontier(make_retriever):
+    for k in (1, 2, 3):
+        hop = make_retriever(alpha=0.5, theta=0.25, top_k=k)("q1")
+        assert hop.frontier == [0, 2, 1][:k]
+
+
+def test_subgraph_bound_limits_candidates(make_retriever):
+    # bound 2 keeps the seed and the most visited fact (1): candidates {0, 1}.
+    hop = make_retriever(theta=0.0, depth=3, top_k=5, subgraph_bound=2)("q1")
+    assert sorted(hop.ranked_ids.tolist()) == [0, 1]
+    assert hop.trace["subgraph_size"] == 2
+
+
+def test_carried_frontier_changes_the_second_hop(make_retriever):
+    # Hop 2, query q2 (dense seed: fact 4), frontier {0, 2}. Candidates {1, 3, 4};
+    # distance to the frontier over theta 0.25: 1->0 = 1, 3->1->0 = 2, 4->3->1->0 = 3.
+    # scores 0.5*cos + 0.5/d: 4: 0.45 + 1/6, 1: 0.05 + 0.5, 3: 0.15 + 0.25 -> 4, 1, 3.
+    retriever = make_retriever(alpha=0.5, theta=0.25, depth=2, top_k=2)
+    hop = retriever("q2", frontier=[0, 2])
+    assert hop.ranked_ids.tolist() == [4, 1, 3]
+    assert hop.frontier == [0, 2, 4, 1]
+    assert {f.id: f.struct for f in hop.facts} == pytest.approx({4: 1 / 3, 1: 1.0})
+    assert hop.passages == [1, 0]
+    # Without the frontier: subgraph {1, 3, 4}, struct to the seed {4}: 4: 1, 3: 1, 1: 1/2
+    # -> 4 (0.95), 3 (0.65), 1 (0.3).
+    alone = retriever("q2")
+    assert alone.ranked_ids.tolist() == [4, 3, 1]
+    assert alone.frontier == [4, 3]
+
+
+def test_frontier_facts_are_kept_not_reranked(make_retriever):
+    hop = make_retriever(alpha=0.5, theta=0.0, depth=3, top_k=6)("q1", frontier=[2])
+    assert 2 not in hop.ranked_ids.tolist()
+    assert hop.frontier[0] == 2
+
+
+def test_deterministic(make_retriever):
+    retriever = make_retriever(alpha=0.7, theta=0.1, depth=2, top_k=3)
+    first = retriever("q2", frontier=[0])
+    for _ in range(3):
+        again = retriever("q2", frontier=[0])
+        assert again.ranked_ids.tolist() == first.ranked_ids.tolist()
+        assert again.trace == first.trace
+
+
+@pytest.mark.parametrize("field, value", [("alpha", 1.5), ("theta", -0.1), ("depth", -1), ("top_k", 0), ("subgraph_bound", 0)])
+def test_config_out_of_range_is_an_error(field, value):
+    with pytest.raises(HyperProveError, match=field):
+        RetrieverConfig(**{field: value})
+
+
+def test_config_unknown_field_is_an_error():
+    with pytest.raises(HyperProveError, match="unknown field 'beta'"):
+        RetrieverConfig.from_dict({"beta": 1})
+
+
+def test_interleave_passages():
+    assert interleave_passages([[1, 2, 3], [4, 1, 5]]) == [1, 4, 2, 3, 5]
+    assert interleave_passages([[1, 2, 3], [4, 1, 5]], limit=3) == [1, 4, 2]
+    assert interleave_passages([]) == []
+    assert unique_in_order(np.array([3, 1, 3, 2, 1])) == [3, 1, 2]
