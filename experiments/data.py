@@ -11,13 +11,13 @@ joins sentences with and without spaces depending on the dataset).
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from modules.errors import HyperProveError
 from modules.facts import Passage
+from pipeline.files import read_json
 
 
 @dataclass(frozen=True)
@@ -41,14 +41,7 @@ class Question:
 
 
 def _read_json_list(path: Path, what: str) -> list:
-    try:
-        value = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise HyperProveError(f"{path}: {what} file not found") from None
-    except json.JSONDecodeError as error:
-        raise HyperProveError(f"{path}: not valid JSON ({error.msg}, line {error.lineno})") from None
-    except UnicodeDecodeError:
-        raise HyperProveError(f"{path}: not UTF-8 text") from None
+    value = read_json(path, what)
     if not isinstance(value, list):
         raise HyperProveError(f"{path}: a {what} file holds a JSON list, found {type(value).__name__}")
     return value

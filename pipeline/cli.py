@@ -106,6 +106,7 @@ def cmd_evaluate(args: argparse.Namespace) -> dict:
         search = DensePassageSearch(passage_index, embedder.encode_query)
         ranker = rank_dense if args.retriever == "dense" else rank_dense_iterative
         rank = lambda question: ranker(question, search)  # noqa: E731
+    embedder.load()  # now, so that seconds per question measure retrieval only
     summary, _ = evaluate_ranker(questions, rank, progress="evaluate")
     result = {"retriever": args.retriever, **summary}
     if args.retriever != "dense":

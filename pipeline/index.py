@@ -27,7 +27,7 @@ from modules.facts import Fact, Passage
 from modules.hypergraph import Hypergraph, binary_csr, expand_synonyms
 from modules.retriever import FactTable, HypergraphRetriever, RetrieverConfig
 from modules.vectors import VectorIndex
-from pipeline.atomic import atomic_directory, atomic_save_npy, atomic_write_bytes, atomic_write_json, sha256_file
+from pipeline.files import atomic_directory, atomic_save_npy, atomic_write_bytes, atomic_write_json, read_json, sha256_file
 from pipeline.config import IndexConfig
 from pipeline.extract import make_extractor, subject_name
 
@@ -147,7 +147,7 @@ def assemble_index(
     info: dict,
 ) -> HypergraphIndex:
     """Steps 2-3 on extracted, embedded facts: synonyms and the FAISS indexes."""
-    synonyms, entity_index = synonym_matrix(vectors["entities"], config.eta, config.synonym_neighbors, config.exact_search_max)
+    synonyms, entity_index = synonym_matrix(vectors["entity"], config.eta, config.synonym_neighbors, config.exact_search_max)
     return HypergraphIndex(
         passages=passages,
         fact_text=fact_text,
@@ -155,12 +155,12 @@ def assemble_index(
         fact_entities=fact_entities,
         entity_names=entity_names,
         synonyms=synonyms,
-        fact_vectors=vectors["facts"],
-        entity_vectors=vectors["entities"],
-        passage_vectors=vectors["passages"],
-        fact_index=VectorIndex.build(vectors["facts"], exact_max=config.exact_search_max),
+        fact_vectors=vectors["fact"],
+        entity_vectors=vectors["entity"],
+        passage_vectors=vectors["passage"],
+        fact_index=VectorIndex.build(vectors["fact"], exact_max=config.exact_search_max),
         entity_index=entity_index,
-        passage_index=VectorIndex.build(vectors["passages"], exact_max=config.exact_search_max),
+        passage_index=VectorIndex.build(vectors["passage"], exact_max=config.exact_search_max),
         info=info,
     )
 
@@ -189,13 +189,13 @@ def build_index(passages: list[Passage], config: IndexConfig, embedder, progress
     fact_entities = binary_csr(np.array(rows, dtype=np.int64), np.array(cols, dtype=np.int64), (len(facts), len(entity_names)))
     label = (lambda name: name) if progress else (lambda name: None)
     vectors = {
-        "facts": embedder.encode([fact_embedding_text(f, passages[f.passage]) for f in facts], progress=label("embed facts")),
-        "entities": embedder.encode(entity_names, progress=label("embed entities")),
-        "passages": embedder.encode([f"{p.title}\n{p.text}" for p in passages], progress=label("embed passages")),
+        "fact": embedder.encode([fact_embedding_text(f, passages[f.passage]) for f in facts], progress=label("embed facts")),
+        "entity": embedder.encode(entity_names, progress=label("embed entities")),
+        "passage": embedder.encode([f"{p.title}\n{p.text}" for p in passages], progress=label("embed passages")),
     }
     info = {
         "extractor": {"name": extractor.name, "version": extractor.version},
-        "embedder": {"id": embedder.id, "dim": int(vectors["facts"].shape[1]) if len(facts) else embedder.dim},
+        "embedder": {"id": embedder.id, "dim": int(vectors["fact"].shape[1]) if len(facts) else embedder.dim},
         "config": {k: v for k, v in vars(config).items()},
         "corpus_sha256": corpus_checksum(passages),
     }
@@ -249,12 +249,9 @@ def read_manifest(directory: str | Path) -> dict:
     path = directory / "manifest.json"
     if not directory.is_dir():
         raise HyperProveError(f"{directory}: no such index directory (build one with `hyperprove index`)")
-    try:
-        manifest = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise HyperProveError(f"{path}: missing; {directory} is not a HyperProve index") from None
-    except json.JSONDecodeError as error:
-        raise HyperProveError(f"{path}: damaged ({error.msg}); rebuild the index") from None
+    if not path.exists():
+        raise HyperProveError(f"{path}: missing; {directory} is not a HyperProve index")
+    manifest = read_json(path, "manifest", damaged_hint="; the index is damaged, rebuild it")
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise HyperProveError(f"{path}: not a HyperProve index manifest")
     if manifest.get("format_version") != FORMAT_VERSION:
@@ -295,7 +292,7 @@ def load_index(directory: str | Path, expect_embedder: str | None = None, verify
         raise HyperProveError(f"{directory}: built with embedder {embedder!r}, but {expect_embedder!r} was asked for")
     passages = [Passage(title=row["title"], text=row["text"]) for row in _read_jsonl(directory / "passages.jsonl")]
     fact_rows = _read_jsonl(directory / "facts.jsonl")
-    entity_names = json.loads((directory / "entities.json").read_text())
+    entity_names = read_json(directory / "entities.json", "entities", damaged_hint="; the index is damaged, rebuild it")
     lengths = [len(row["entities"]) for row in fact_rows]
     fact_entities = sp.csr_matrix(
         (np.ones(sum(lengths)), np.array([e for row in fact_rows for e in row["entities"]], dtype=np.int64),

@@ -102,7 +102,7 @@ def test_missing_file_manifest_and_version_errors(built, tmp_path):
     with pytest.raises(HyperProveError, match="format version 99"):
         load_index(tmp_path / "v")
     (tmp_path / "v" / "manifest.json").write_text("{not json")
-    with pytest.raises(HyperProveError, match="manifest.json: damaged"):
+    with pytest.raises(HyperProveError, match="manifest.json: not valid JSON"):
         load_index(tmp_path / "v")
 
 

@@ -1,4 +1,5 @@
-"""Atomic writes and checksums: a reader sees the old file or the new one, never half of one."""
+"""File helpers: atomic writes (a reader sees the old file or the new one, never half of one),
+checksums, and JSON reads that fail with one line naming the file."""
 
 from __future__ import annotations
 
@@ -12,6 +13,21 @@ from pathlib import Path
 from typing import Iterator
 
 import numpy as np
+
+from modules.errors import HyperProveError
+
+
+def read_json(path: str | Path, what: str, damaged_hint: str = ""):
+    """Parse a JSON file; a missing, non-UTF-8 or malformed file is a one-line HyperProveError."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise HyperProveError(f"{path}: {what} file not found") from None
+    except UnicodeDecodeError:
+        raise HyperProveError(f"{path}: not UTF-8 text") from None
+    except json.JSONDecodeError as error:
+        raise HyperProveError(f"{path}: not valid JSON ({error.msg}, line {error.lineno}){damaged_hint}") from None
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
