@@ -109,6 +109,8 @@ class HypergraphRetriever(dspy.Module):
         config = self.config
         query_vector = np.asarray(self.encode(query), dtype=np.float32).ravel()
         frontier = np.array(list(dict.fromkeys(int(f) for f in frontier)), dtype=np.int64)
+        if len(frontier) and (frontier.min() < 0 or frontier.max() >= self.hypergraph.n_facts):
+            raise HyperProveError(f"frontier: fact ids must lie in [0, {self.hypergraph.n_facts}), got {frontier.tolist()}")
 
         # Step 6: dense seeds together with the carried frontier.
         _, ids = self.facts.index.search(query_vector, config.n_seeds)

@@ -109,3 +109,8 @@ def test_interleave_passages():
     assert interleave_passages([[1, 2, 3], [4, 1, 5]], limit=3) == [1, 4, 2]
     assert interleave_passages([]) == []
     assert unique_in_order(np.array([3, 1, 3, 2, 1])) == [3, 1, 2]
+
+
+def test_frontier_outside_the_graph_is_an_error(make_retriever):
+    with pytest.raises(HyperProveError, match=r"frontier: fact ids must lie in \[0, 6\)"):
+        make_retriever()("q1", frontier=[9])
