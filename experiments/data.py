@@ -12,7 +12,7 @@ joins sentences with and without spaces depending on the dataset).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from modules.errors import HyperProveError
@@ -37,7 +37,7 @@ class Question:
     answer_aliases: tuple[str, ...] = ()
     type: str = ""
     gold_passages: tuple[int, ...] = ()
-    decomposition: tuple[Step, ...] = field(default=())
+    decomposition: tuple[Step, ...] = ()
 
 
 def _read_json_list(path: Path, what: str) -> list:

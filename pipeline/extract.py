@@ -21,7 +21,7 @@ The `sentences` extractor, rule by rule (deterministic, no model):
 from __future__ import annotations
 
 import re
-from typing import Iterable, Protocol, Sequence
+from typing import Protocol, Sequence
 
 from modules.errors import HyperProveError
 from modules.facts import Fact, Passage
@@ -155,6 +155,3 @@ def make_extractor(name: str) -> Extractor:
         raise HyperProveError(f"unknown extractor {name!r} (available: {', '.join(sorted(EXTRACTORS))})")
     return EXTRACTORS[name]()
 
-
-def all_facts(per_passage: Iterable[list[Fact]]) -> list[Fact]:
-    return [fact for facts in per_passage for fact in facts]
