@@ -13,7 +13,7 @@ import hashlib
 import json
 import re
 import unicodedata
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Callable, Sequence
@@ -35,6 +35,7 @@ FORMAT = "hyperprove-index"
 FORMAT_VERSION = 1
 SYNONYM_QUERY_CHUNK = 65_536
 SYNONYM_NPROBE = 4  # IVF lists scanned per name: synonyms (cos > 0.8) are near-duplicates, in the same cell
+DAMAGED = "; the index is damaged, rebuild it"
 VECTOR_SETS = {"fact": "facts.faiss", "entity": "entities.faiss", "passage": "passages.faiss"}
 
 
@@ -196,7 +197,7 @@ def build_index(passages: list[Passage], config: IndexConfig, embedder, progress
     info = {
         "extractor": {"name": extractor.name, "version": extractor.version},
         "embedder": {"id": embedder.id, "dim": int(vectors["fact"].shape[1]) if len(facts) else embedder.dim},
-        "config": {k: v for k, v in vars(config).items()},
+        "config": asdict(config),
         "corpus_sha256": corpus_checksum(passages),
     }
     return assemble_index(
@@ -251,7 +252,7 @@ def read_manifest(directory: str | Path) -> dict:
         raise HyperProveError(f"{directory}: no such index directory (build one with `hyperprove index`)")
     if not path.exists():
         raise HyperProveError(f"{path}: missing; {directory} is not a HyperProve index")
-    manifest = read_json(path, "manifest", damaged_hint="; the index is damaged, rebuild it")
+    manifest = read_json(path, "manifest", damaged_hint=DAMAGED)
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise HyperProveError(f"{path}: not a HyperProve index manifest")
     if manifest.get("format_version") != FORMAT_VERSION:
@@ -267,7 +268,7 @@ def _read_jsonl(path: Path) -> list:
         try:
             rows.append(json.loads(line))
         except json.JSONDecodeError:
-            raise HyperProveError(f"{path}: line {line_number} is not valid JSON; rebuild the index") from None
+            raise HyperProveError(f"{path}: line {line_number} is not valid JSON{DAMAGED}") from None
     return rows
 
 
@@ -292,7 +293,7 @@ def load_index(directory: str | Path, expect_embedder: str | None = None, verify
         raise HyperProveError(f"{directory}: built with embedder {embedder!r}, but {expect_embedder!r} was asked for")
     passages = [Passage(title=row["title"], text=row["text"]) for row in _read_jsonl(directory / "passages.jsonl")]
     fact_rows = _read_jsonl(directory / "facts.jsonl")
-    entity_names = read_json(directory / "entities.json", "entities", damaged_hint="; the index is damaged, rebuild it")
+    entity_names = read_json(directory / "entities.json", "entities", damaged_hint=DAMAGED)
     lengths = [len(row["entities"]) for row in fact_rows]
     fact_entities = sp.csr_matrix(
         (np.ones(sum(lengths)), np.array([e for row in fact_rows for e in row["entities"]], dtype=np.int64),
