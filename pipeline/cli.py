@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -16,12 +17,23 @@ from modules.errors import HyperProveError
 from pipeline.config import HyperProveConfig
 
 
-def _add_config_flags(parser: argparse.ArgumentParser, retriever: bool = True) -> None:
+DEMO_DIR = Path(__file__).resolve().parents[1] / "experiments" / "demo"
+# Third-party libraries that would otherwise reach for the network at import or first use.
+OFFLINE_DEFAULTS = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    "TOKENIZERS_PARALLELISM": "false",
+    "MLFLOW_ENABLE_ASYNC_TRACE_LOGGING": "false",
+}
+
+
+def _add_config_flags(parser: argparse.ArgumentParser, retriever: bool = True, extractor: str = "sentences") -> None:
     parser.add_argument("--config", help="experiment config file (JSON); flags override it")
-    parser.add_argument("--extractor", choices=["sentences"], help="fact extractor (default: sentences)")
+    parser.add_argument("--extractor", choices=["sentences", "lm"], help=f"fact extractor (default: {extractor})")
     parser.add_argument("--embedder", help="embedder id (default: all-MiniLM-L6-v2, from its package)")
     parser.add_argument("--eta", type=float, help="synonym cosine threshold (default 0.8)")
-    parser.add_argument("--cache-dir", help="embedding and index cache (default .hyperprove/cache)")
+    parser.add_argument("--cache-dir", help="embeddings, indexes, LM extractions and LM calls (default .hyperprove/cache)")
     if retriever:
         parser.add_argument("--alpha", type=float, help="weight of cosine against struct (step 9)")
         parser.add_argument("--theta", type=float, help="transition threshold (step 8)")
@@ -29,14 +41,65 @@ def _add_config_flags(parser: argparse.ArgumentParser, retriever: bool = True) -
         parser.add_argument("--top-k", type=int, help="K, facts per hop (step 9)")
         parser.add_argument("--seeds", type=int, dest="n_seeds", help="dense seed facts per hop (step 6)")
         parser.add_argument("--subgraph-bound", type=int, help="facts in the local subgraph (step 7)")
+    parser.add_argument("--lm", dest="lm_model", help="LiteLLM model id, e.g. openai/gpt-4o-mini (default: the embedded local model)")
+    parser.add_argument("--lm-threads", type=int, help="concurrent LM requests (default 2)")
     parser.add_argument("--json", action="store_true", help="end with one JSON object")
+
+
+def _add_program_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--program", help="compiled program JSON (from `hyperprove compile`)")
+    parser.add_argument("--max-hops", type=int, help="most sub-questions per question (default 4)")
 
 
 def _config(args: argparse.Namespace) -> HyperProveConfig:
     base = HyperProveConfig.from_file(args.config) if args.config else HyperProveConfig()
-    retriever_flags = {k: getattr(args, k, None) for k in ("alpha", "theta", "depth", "top_k", "n_seeds", "subgraph_bound")}
-    index_flags = {"extractor": args.extractor, "embedder": args.embedder, "eta": args.eta}
-    return base.with_overrides(retriever=retriever_flags, index=index_flags, cache_dir=args.cache_dir)
+    flag = lambda name: getattr(args, name, None)  # noqa: E731
+    return base.with_overrides(
+        retriever={k: flag(k) for k in ("alpha", "theta", "depth", "top_k", "n_seeds", "subgraph_bound")},
+        index={"extractor": flag("extractor"), "embedder": flag("embedder"), "eta": flag("eta")},
+        lm={"model": flag("lm_model"), "threads": flag("lm_threads")},
+        program={"max_hops": flag("max_hops")},
+        cache_dir=flag("cache_dir"),
+    )
+
+
+class LMSession:
+    """The configured LM, DSPy's disk cache under the cache dir, and a call counter."""
+
+    def __init__(self, config: HyperProveConfig):
+        import dspy
+
+        from pipeline.lm import CallCounter, configure_lm_cache, make_lm
+
+        configure_lm_cache(config.cache_dir)
+        self.id = config.lm.id
+        self.counter = CallCounter()
+        self.lm = make_lm(config.lm, self.counter)
+        dspy.configure(lm=self.lm)
+
+    def calls(self) -> int:
+        return self.counter.calls
+
+
+def _extractor(config: HyperProveConfig, session: LMSession | None):
+    from pipeline.extract import make_extractor
+
+    if config.index.extractor != "lm":
+        return make_extractor(config.index.extractor)
+    return make_extractor("lm", session.lm, session.id, config.cache_dir, config.lm.threads)
+
+
+def _report_extraction(extractor) -> None:
+    report = extractor.report()
+    if report["name"] == "lm":
+        print(
+            f"lm extraction: {report['passages']} passages, {report['cached']} from the cache, "
+            f"{report['extracted']} extracted, {report['retried']} retried, {report['fallbacks']} fell back to sentences"
+            + (f" ({', '.join(extractor.fallback_titles[:5])}{', ...' if report['fallbacks'] > 5 else ''})" if report["fallbacks"] else "")
+        )
+        asked = report["passages"] - report["cached"]
+        if asked:
+            print(f"lm extraction took {report['lm_seconds'] / 60:.1f} min: {60 * asked / report['lm_seconds']:.1f} passages per minute")
 
 
 def _embedder(config: HyperProveConfig):
@@ -51,26 +114,119 @@ def cmd_index(args: argparse.Namespace) -> dict:
 
     config = _config(args)
     passages = load_corpus(args.corpus)
+    session = LMSession(config) if config.index.extractor == "lm" else None
+    extractor = _extractor(config, session)
     started = time.perf_counter()
-    index = build_index(passages, config.index, _embedder(config), progress=True)
+    index = build_index(passages, config.index, _embedder(config), progress=True, extractor=extractor)
     save_index(index, args.out)
     seconds = time.perf_counter() - started
-    result = {"index": str(args.out), **index.counts(), "seconds": round(seconds, 2)}
+    _report_extraction(extractor)
+    result = {"index": str(args.out), **index.counts(), "extractor": extractor.report(), "seconds": round(seconds, 2)}
     print(f"index written to {args.out}: {index.counts()} in {seconds:.1f} s")
     return result
 
 
-def cached_index(passages, config: HyperProveConfig, embedder):
+def cached_index(passages, config: HyperProveConfig, embedder, session: LMSession | None = None):
     """The index of this corpus under this config, built once and kept in the cache dir."""
     from pipeline.index import build_index, corpus_checksum, load_index, save_index
 
-    key = f"{corpus_checksum(passages)[:16]}-{config.index.extractor}-{config.index.embedder}-eta{config.index.eta}"
+    extractor_id = config.index.extractor + (f"-{config.lm.id}" if config.index.extractor == "lm" else "")
+    key = f"{corpus_checksum(passages)[:16]}-{extractor_id}-{config.index.embedder}-eta{config.index.eta}"
     directory = Path(config.cache_dir) / "indexes" / key.replace("/", "_")
     if (directory / "manifest.json").exists():
         return load_index(directory, expect_embedder=config.index.embedder)
-    index = build_index(passages, config.index, embedder, progress=True)
-    save_index(index, directory)
+    extractor = _extractor(config, session)
+    index = build_index(passages, config.index, embedder, progress=True, extractor=extractor)
+    _report_extraction(extractor)
+    if extractor.report().get("fallbacks", 0) == 0:  # an index with fallbacks is rebuilt next time
+        save_index(index, directory)
     return index
+
+
+def _program(index, config: HyperProveConfig, embedder, path: str | None):
+    from pipeline.program import HyperProve
+
+    program = HyperProve(index.retriever(config.retriever, embedder.encode_query), config.program)
+    if path:
+        _load_program(program, path)
+    return program
+
+
+def _load_program(program, path: str) -> None:
+    if not Path(path).is_file():
+        raise HyperProveError(f"--program {path}: no such file")
+    try:
+        program.load(path)
+    except (ValueError, KeyError) as error:
+        raise HyperProveError(f"--program {path}: not a compiled HyperProve program ({error})") from None
+
+
+def format_chain(prediction) -> list[str]:
+    """The evidence chain as lines: per hop the sub-question, the query, the facts, the answer."""
+    lines = []
+    for hop in prediction.chain:
+        lines.append(f"  hop {hop['hop']}: {hop['sub_question']}")
+        if hop["query"] != hop["sub_question"]:
+            lines.append(f"    rewritten: {hop['query']}")
+        for fact in hop["facts"]:
+            mark = "*" if fact["id"] in hop["supporting"] else " "
+            lines.append(f"   {mark}[{fact['score']:.3f}] ({fact['title']}) {fact['text']}")
+        lines.append(f"    -> {hop['answer']}")
+    for note in prediction.fallbacks:
+        lines.append(f"  fallback: {note}")
+    return lines
+
+
+def _answer_record(question: str, prediction) -> dict:
+    return {"question": question, "answer": prediction.answer, "chain": prediction.chain, "fallbacks": prediction.fallbacks}
+
+
+def cmd_ask(args: argparse.Namespace) -> dict:
+    from pipeline.index import load_index
+
+    if not args.question.strip():
+        raise HyperProveError("the question is empty")
+    config = _config(args)
+    index = load_index(args.index, expect_embedder=config.index.embedder)
+    embedder = _embedder(config)
+    session = LMSession(config)
+    program = _program(index, config, embedder, args.program)
+    started = time.perf_counter()
+    prediction = program(args.question)
+    print(f"Q: {args.question}")
+    print("\n".join(format_chain(prediction)))
+    print(f"A: {prediction.answer}")
+    record = _answer_record(args.question, prediction)
+    return {**record, "lm": session.id, "lm_calls": session.calls(), "seconds": round(time.perf_counter() - started, 2)}
+
+
+def cmd_demo(args: argparse.Namespace) -> dict:
+    from experiments.data import load_corpus, load_questions
+    from experiments.metrics import exact_match
+
+    args.extractor = args.extractor or "lm"  # the demo shows the LM extractor unless told otherwise
+    config = _config(args)
+    started = time.perf_counter()
+    passages = load_corpus(DEMO_DIR / "corpus.json")
+    questions = load_questions(DEMO_DIR / "questions.json", passages)
+    print(f"demo: {len(passages)} passages ({DEMO_DIR / 'ATTRIBUTION.md'}), {len(questions)} questions, LM {config.lm.id}")
+    session = LMSession(config)
+    embedder = _embedder(config)
+    index = cached_index(passages, config, embedder, session)
+    print(f"index: {index.counts()} ({time.perf_counter() - started:.0f} s)")
+    program = _program(index, config, embedder, args.program)
+    answers = []
+    for number, question in enumerate(questions, start=1):
+        asked = time.perf_counter()
+        prediction = program(question.question)
+        correct = bool(exact_match(prediction.answer, [question.answer, *question.answer_aliases]))
+        print(f"\n[{number}/{len(questions)}] {question.question}")
+        print("\n".join(format_chain(prediction)))
+        print(f"A: {prediction.answer}   (gold: {question.answer}{'' if correct else ', not matched'}; {time.perf_counter() - asked:.0f} s)")
+        answers.append({**_answer_record(question.question, prediction), "gold": question.answer, "exact_match": correct})
+    seconds = time.perf_counter() - started
+    print(f"\ndemo done in {seconds:.0f} s, {session.calls()} LM calls; run it again and the caches make it fast")
+    return {"answers": answers, "index": index.counts(), "lm": session.id, "lm_calls": session.calls(), "seconds": round(seconds, 2)}
 
 
 def cmd_evaluate(args: argparse.Namespace) -> dict:
@@ -81,12 +237,16 @@ def cmd_evaluate(args: argparse.Namespace) -> dict:
 
     if args.retriever not in RETRIEVERS:
         raise HyperProveError(f"--retriever {args.retriever!r}: choose one of {', '.join(RETRIEVERS)}")
+    with_lm = args.decomposition == "lm"
+    if with_lm and args.retriever == "dense-iterative":
+        raise HyperProveError("--decomposition lm runs the full program (--retriever hyperprove) or dense retrieval + the same reader (--retriever dense)")
     config = _config(args)
     passages = load_corpus(args.corpus)
     questions = load_questions(args.questions, passages)
     if args.limit is not None:
         questions = questions[: args.limit]
     embedder = _embedder(config)
+    session = LMSession(config) if with_lm or config.index.extractor == "lm" else None
     if args.index:
         index = load_index(args.index, expect_embedder=config.index.embedder)
         if index.info["corpus_sha256"] != corpus_checksum(passages):
@@ -94,9 +254,7 @@ def cmd_evaluate(args: argparse.Namespace) -> dict:
     else:
         index = None
     if args.retriever == "hyperprove":
-        index = index or cached_index(passages, config, embedder)
-        retriever = index.retriever(config.retriever, embedder.encode_query)
-        rank = lambda question: rank_hyperprove(question, retriever)  # noqa: E731
+        index = index or cached_index(passages, config, embedder, session)
     else:
         if index is not None:
             passage_index = index.passage_index
@@ -104,21 +262,50 @@ def cmd_evaluate(args: argparse.Namespace) -> dict:
             vectors = embedder.encode([f"{p.title}\n{p.text}" for p in passages], progress="embed passages")
             passage_index = VectorIndex.build(vectors, exact_max=config.index.exact_search_max)
         search = DensePassageSearch(passage_index, embedder.encode_query)
-        ranker = rank_dense if args.retriever == "dense" else rank_dense_iterative
-        rank = lambda question: ranker(question, search)  # noqa: E731
-    embedder.load()  # now, so that seconds per question measure retrieval only
-    summary, _ = evaluate_ranker(questions, rank, progress="evaluate")
-    result = {"retriever": args.retriever, **summary}
-    if args.retriever != "dense":
-        result["decomposition"] = args.decomposition
+    embedder.load()  # now, so that seconds per question measure retrieval and reading only
+
+    if with_lm:
+        from experiments.qa import DenseReader, evaluate_program
+
+        if args.retriever == "hyperprove":
+            program = _program(index, config, embedder, args.program)
+        else:
+            program = DenseReader(search, passages)
+            if args.program:
+                _load_program(program, args.program)
+        summary, rows = evaluate_program(questions, program, session.calls, progress="evaluate")
+        result = {"retriever": args.retriever, "decomposition": "lm", "lm": session.id, **summary}
+        label = "hyperprove (full program)" if args.retriever == "hyperprove" else "dense + reader"
+        print(
+            f"{label} on {summary['n']} questions with {session.id}: EM {summary['em']:.2f}  F1 {summary['f1']:.2f}  "
+            f"Recall@2 {summary.get('recall@2', float('nan')):.2f}  Recall@5 {summary.get('recall@5', float('nan')):.2f}  "
+            f"({summary['lm_calls_per_question']:.1f} LM calls, {summary['seconds_per_question']:.1f} s per question; "
+            f"{summary['errors']} errors, {summary['questions_with_fallbacks']} with fallbacks)"
+        )
+    else:
+        if args.retriever == "hyperprove":
+            retriever = index.retriever(config.retriever, embedder.encode_query)
+            rank = lambda question: rank_hyperprove(question, retriever)  # noqa: E731
+        else:
+            ranker = rank_dense if args.retriever == "dense" else rank_dense_iterative
+            rank = lambda question: ranker(question, search)  # noqa: E731
+        summary, rows = evaluate_ranker(questions, rank, progress="evaluate")
+        result = {"retriever": args.retriever, **summary}
+        if args.retriever != "dense":
+            result["decomposition"] = args.decomposition
+        label = args.retriever if args.retriever == "dense" else f"{args.retriever} ({args.decomposition} decomposition)"
+        print(
+            f"{label} on {summary['n']} questions: "
+            f"Recall@2 {summary['recall@2']:.2f}  Recall@5 {summary['recall@5']:.2f}  "
+            f"({1000 * summary['seconds_per_question']:.1f} ms/question)"
+        )
     if args.retriever == "hyperprove":
         result["config"] = config.retriever.to_dict()
-    label = args.retriever if args.retriever == "dense" else f"{args.retriever} ({args.decomposition} decomposition)"
-    print(
-        f"{label} on {summary['n']} questions: "
-        f"Recall@2 {summary['recall@2']:.2f}  Recall@5 {summary['recall@5']:.2f}  "
-        f"({1000 * summary['seconds_per_question']:.1f} ms/question)"
-    )
+    if args.predictions:
+        from pipeline.files import atomic_write_json
+
+        atomic_write_json(args.predictions, {"summary": result, "questions": rows})
+        print(f"per-question predictions written to {args.predictions}")
     return result
 
 
@@ -132,19 +319,38 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_flags(index, retriever=False)
     index.set_defaults(run=cmd_index)
 
-    evaluate = commands.add_parser("evaluate", help="Recall@2/@5 of a retriever on a question set")
+    ask = commands.add_parser("ask", help="answer one question over an index and show the evidence chain")
+    ask.add_argument("index", help="index directory (from `hyperprove index`)")
+    ask.add_argument("question")
+    _add_config_flags(ask)
+    _add_program_flags(ask)
+    ask.set_defaults(run=cmd_ask)
+
+    demo = commands.add_parser("demo", help="index a small shipped corpus with the LM and answer three multi-hop questions")
+    _add_config_flags(demo, extractor="lm")
+    _add_program_flags(demo)
+    demo.set_defaults(run=cmd_demo)
+
+    evaluate = commands.add_parser("evaluate", help="Recall@2/@5 (and EM/F1 with an LM) on a question set")
     evaluate.add_argument("--questions", required=True, help="questions JSON (project schema or HippoRAG's)")
     evaluate.add_argument("--corpus", required=True, help="corpus JSON the questions refer to")
     evaluate.add_argument("--index", help="index directory built from that corpus (default: built and cached)")
     evaluate.add_argument("--retriever", required=True, help="dense | dense-iterative | hyperprove")
-    evaluate.add_argument("--decomposition", choices=["gold"], default="gold", help="sub-questions: gold (MuSiQue)")
+    evaluate.add_argument(
+        "--decomposition", choices=["gold", "lm"], default="gold",
+        help="gold: MuSiQue's sub-questions, retrieval only; lm: the full program with the LM (EM, F1, calls)",
+    )
     evaluate.add_argument("--limit", type=int, help="evaluate the first N questions only")
+    evaluate.add_argument("--predictions", help="write the summary and one row per question (answer, passages, chain) to this JSON file")
     _add_config_flags(evaluate)
+    _add_program_flags(evaluate)
     evaluate.set_defaults(run=cmd_evaluate)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    for name, value in OFFLINE_DEFAULTS.items():
+        os.environ.setdefault(name, value)
     args = build_parser().parse_args(argv)
     try:
         result = args.run(args)

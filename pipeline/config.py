@@ -1,5 +1,6 @@
 """The one configuration object: it flows from the command line or an experiment file into the
-index build, the retriever and (later) the MLflow params. No module reads the environment."""
+index build, the retriever, the LM, the program and (later) the MLflow params. No module reads
+the environment."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from pathlib import Path
 from modules.errors import HyperProveError
 from modules.retriever import RetrieverConfig
 from pipeline.files import read_json
+from pipeline.lm import LMConfig
+from pipeline.program import ProgramConfig
 
 DEFAULT_EMBEDDER = "all-MiniLM-L6-v2"
 
@@ -17,7 +20,7 @@ DEFAULT_EMBEDDER = "all-MiniLM-L6-v2"
 class IndexConfig:
     """How a corpus becomes a hypergraph index (steps 1-3)."""
 
-    extractor: str = "sentences"
+    extractor: str = "sentences"  # "sentences" (rules) or "lm" (one LM call per passage)
     embedder: str = DEFAULT_EMBEDDER
     eta: float = 0.8  # step 2: synonym cosine threshold
     synonym_neighbors: int = 10  # nearest names examined per entity for synonyms
@@ -27,16 +30,23 @@ class IndexConfig:
     def __post_init__(self) -> None:
         if not 0.0 < self.eta <= 1.0:
             raise HyperProveError(f"index config: eta={self.eta!r} must lie in (0, 1]")
+        if self.extractor not in ("sentences", "lm"):
+            raise HyperProveError(f"index config: extractor={self.extractor!r} must be 'sentences' or 'lm'")
         if self.synonym_neighbors < 1 or self.exact_search_max < 1 or self.batch_size < 1:
             raise HyperProveError("index config: synonym_neighbors, exact_search_max and batch_size must be >= 1")
 
 
+_SECTIONS = {"retriever": RetrieverConfig, "index": IndexConfig, "lm": LMConfig, "program": ProgramConfig}
+
+
 @dataclass
 class HyperProveConfig:
-    """Everything a run depends on: retriever hyperparameters, index settings, paths."""
+    """Everything a run depends on: retriever hyperparameters, index settings, LM, program, paths."""
 
     retriever: RetrieverConfig = field(default_factory=RetrieverConfig)
     index: IndexConfig = field(default_factory=IndexConfig)
+    lm: LMConfig = field(default_factory=LMConfig)
+    program: ProgramConfig = field(default_factory=ProgramConfig)
     cache_dir: str = ".hyperprove/cache"
 
     def to_dict(self) -> dict:
@@ -48,16 +58,19 @@ class HyperProveConfig:
         for key in values:
             if key not in known:
                 raise HyperProveError(f"{source}: unknown field {key!r} (known: {', '.join(sorted(known))})")
-        try:
-            retriever = RetrieverConfig.from_dict(values.get("retriever", {}))
-            index_values = values.get("index", {})
-            unknown = set(index_values) - {f.name for f in fields(IndexConfig)}
+        sections = {}
+        for name, section in _SECTIONS.items():
+            section_values = values.get(name, {})
+            if not isinstance(section_values, dict):
+                raise HyperProveError(f"{source}: {name} must be a JSON object")
+            unknown = sorted(set(section_values) - {f.name for f in fields(section)})
             if unknown:
-                raise HyperProveError(f"{source}: unknown field index.{sorted(unknown)[0]}")
-            index = IndexConfig(**index_values)
-        except TypeError as error:
-            raise HyperProveError(f"{source}: {error}") from None
-        return cls(retriever=retriever, index=index, cache_dir=values.get("cache_dir", cls.cache_dir))
+                raise HyperProveError(f"{source}: unknown field {name}.{unknown[0]}")
+            try:
+                sections[name] = section(**section_values)
+            except TypeError as error:
+                raise HyperProveError(f"{source}: {name}: {error}") from None
+        return cls(**sections, cache_dir=values.get("cache_dir", cls.cache_dir))
 
     @classmethod
     def from_file(cls, path: str | Path) -> "HyperProveConfig":
@@ -66,10 +79,15 @@ class HyperProveConfig:
             raise HyperProveError(f"{path}: a config file holds one JSON object")
         return cls.from_dict(values, source=str(path))
 
-    def with_overrides(self, retriever: dict | None = None, index: dict | None = None, **top) -> "HyperProveConfig":
-        """A copy with the given (non-None) fields replaced, e.g. from command-line flags."""
+    def with_overrides(self, **overrides) -> "HyperProveConfig":
+        """A copy with the given (non-None) fields replaced, e.g. from command-line flags.
+
+        A section takes a dict (`retriever={"alpha": 0.5}`), a top-level field a value.
+        """
         values = self.to_dict()
-        values["retriever"].update({k: v for k, v in (retriever or {}).items() if v is not None})
-        values["index"].update({k: v for k, v in (index or {}).items() if v is not None})
-        values.update({k: v for k, v in top.items() if v is not None})
+        for name, value in overrides.items():
+            if name in _SECTIONS:
+                values[name].update({k: v for k, v in (value or {}).items() if v is not None})
+            elif value is not None:
+                values[name] = value
         return self.from_dict(values)

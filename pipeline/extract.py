@@ -1,8 +1,8 @@
-"""Fact extraction (METHOD.md step 1) behind one interface, and the LM-free `sentences` extractor.
+"""Fact extraction (METHOD.md step 1) behind one interface: the LM-free `sentences` extractor
+and the `lm` extractor.
 
-An extractor turns one passage into facts; everything downstream (entity normalisation,
-synonyms, incidence) is shared, so the LM extractor plugs in through the same `Extractor`
-protocol.
+An extractor turns passages into facts; everything downstream (entity normalisation,
+synonyms, incidence) is shared, so both plug in through the same `Extractor` protocol.
 
 The `sentences` extractor, rule by rule (deterministic, no model):
 1. Sentences: split after . ! ? followed by whitespace and an upper-case letter, digit or quote,
@@ -20,11 +20,18 @@ The `sentences` extractor, rule by rule (deterministic, no model):
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
 from typing import Protocol, Sequence
 
 from modules.errors import HyperProveError
 from modules.facts import Fact, Passage
+from pipeline.files import atomic_write_json
 
 
 class Extractor(Protocol):
@@ -33,8 +40,12 @@ class Extractor(Protocol):
     name: str
     version: str
 
-    def extract(self, passages: Sequence[Passage], first_id: int = 0) -> list[list[Fact]]:
+    def extract(self, passages: Sequence[Passage], first_id: int = 0, progress: bool = False) -> list[list[Fact]]:
         """Facts of each passage in order; passage k gets corpus id first_id + k."""
+        ...
+
+    def report(self) -> dict:
+        """What the manifest records about this extractor (name, version, model, fallbacks)."""
         ...
 
 
@@ -132,8 +143,10 @@ class SentenceExtractor:
     name = "sentences"
     version = "1"
 
-    def extract(self, passages: Sequence[Passage], first_id: int = 0) -> list[list[Fact]]:
-        return [self.extract_passage(p, first_id + k) for k, p in enumerate(passages)]
+    def extract(self, passages: Sequence[Passage], first_id: int = 0, progress: bool = False) -> list[list[Fact]]:
+        from tqdm import tqdm
+
+        return [self.extract_passage(p, first_id + k) for k, p in enumerate(tqdm(passages, desc="extract", unit="passage", disable=not progress))]
 
     def extract_passage(self, passage: Passage, passage_id: int) -> list[Fact]:
         subject = subject_name(passage.title)
@@ -146,12 +159,124 @@ class SentenceExtractor:
             facts.append(Fact(text=subject, entities=(subject,), passage=passage_id))
         return facts
 
+    def report(self) -> dict:
+        return {"name": self.name, "version": self.version}
 
-EXTRACTORS = {"sentences": SentenceExtractor}
+
+class LMExtractor:
+    """Step 1 by an LM (`modules.steps.FactExtractor`): one call per passage.
+
+    - Cache: each passage's facts are written as JSON under its content hash, the extractor
+      version and the LM id, as soon as they arrive; an interrupted build resumes where it stopped.
+    - Concurrency: `threads` passages are in flight at once (the local server runs as many slots).
+    - Malformed output is asked for once more past the LM cache; if it is still unusable the
+      passage falls back to the `sentences` extractor. Fallbacks are counted, reported at the end
+      and recorded in the index manifest; they are not cached, so a later build tries again.
+    - A fact whose text mentions none of the listed entities gets the rule-based entities.
+    """
+
+    name = "lm"
+    version = "1"
+
+    def __init__(self, lm, lm_id: str, cache_dir: str | Path, threads: int = 2):
+        from modules.steps import FactExtractor
+
+        self.lm, self.lm_id, self.threads = lm, lm_id, threads
+        self.module = FactExtractor()
+        key = hashlib.sha256(f"{self.name}-{self.version}-{lm_id}".encode()).hexdigest()[:16]
+        self.cache_dir = Path(cache_dir) / "extractions" / key
+        self.counts = {"passages": 0, "cached": 0, "extracted": 0, "retried": 0, "fallbacks": 0, "lm_seconds": 0.0}
+        self.fallback_titles: list[str] = []
+        self._lock = threading.Lock()
+
+    def _path(self, passage: Passage) -> Path:
+        digest = hashlib.sha256(f"{passage.title}\n{passage.text}".encode()).hexdigest()
+        return self.cache_dir / digest[:2] / f"{digest}.json"
+
+    def _cached(self, passage: Passage) -> list[dict] | None:
+        path = self._path(passage)
+        try:
+            rows = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None  # absent, or damaged by a crash outside the atomic write: extract again
+        valid = isinstance(rows, list) and all(isinstance(r, dict) and isinstance(r.get("text"), str) for r in rows)
+        return rows if valid else None
+
+    def _ask(self, passage: Passage) -> list[dict] | None:
+        """The LM's facts for one passage, or None after two malformed answers."""
+        import dspy
+        from dspy.utils.exceptions import AdapterParseError
+
+        from modules.steps import MalformedOutput
+
+        for attempt in range(2):
+            try:
+                with dspy.context(lm=self.lm):
+                    output = self.module(title=passage.title, passage=passage.text, attempt=attempt)
+            except (AdapterParseError, MalformedOutput, ValueError):
+                with self._lock:
+                    self.counts["retried"] += attempt == 0
+                continue
+            rows = [{"text": f.text, "entities": f.entities} for f in output.facts]
+            atomic_write_json(self._path(passage), rows)
+            return rows
+        return None
+
+    def _facts(self, passage: Passage, passage_id: int, rows: list[dict]) -> list[Fact]:
+        subject = subject_name(passage.title)
+        facts = []
+        for row in rows:
+            entities = [e for e in row.get("entities", []) if isinstance(e, str) and e.strip()]
+            facts.append(Fact(text=row["text"], entities=tuple(entities or find_entities(row["text"], subject)), passage=passage_id))
+        return facts
+
+    def extract(self, passages: Sequence[Passage], first_id: int = 0, progress: bool = False) -> list[list[Fact]]:
+        from tqdm import tqdm
+
+        rows: list[list[dict] | None] = [self._cached(p) for p in passages]
+        todo = [k for k, r in enumerate(rows) if r is None]
+        self.counts["passages"] += len(passages)
+        self.counts["cached"] += len(passages) - len(todo)
+        bar = tqdm(total=len(todo), desc="extract (lm)", unit="passage", disable=not progress or not todo)
+        started = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=self.threads) as pool:
+            futures = {pool.submit(self._ask, passages[k]): k for k in todo}
+            try:
+                for future in as_completed(futures):
+                    rows[futures[future]] = future.result()
+                    bar.update(1)
+            except BaseException:
+                for future in futures:
+                    future.cancel()  # finished passages are cached; the rest is redone next time
+                raise
+            finally:
+                bar.close()
+                self.counts["lm_seconds"] = round(self.counts["lm_seconds"] + time.perf_counter() - started, 2)
+        sentences = SentenceExtractor()
+        facts = []
+        for k, (passage, found) in enumerate(zip(passages, rows)):
+            if found is None:
+                self.counts["fallbacks"] += 1
+                self.fallback_titles.append(passage.title)
+                facts.append(sentences.extract_passage(passage, first_id + k))
+            else:
+                facts.append(self._facts(passage, first_id + k, found))
+        self.counts["extracted"] += len(todo) - sum(rows[k] is None for k in todo)
+        return facts
+
+    def report(self) -> dict:
+        return {"name": self.name, "version": self.version, "lm": self.lm_id, **self.counts}
 
 
-def make_extractor(name: str) -> Extractor:
-    if name not in EXTRACTORS:
-        raise HyperProveError(f"unknown extractor {name!r} (available: {', '.join(sorted(EXTRACTORS))})")
-    return EXTRACTORS[name]()
+EXTRACTORS = ("sentences", "lm")
 
+
+def make_extractor(name: str, lm=None, lm_id: str | None = None, cache_dir: str | Path = ".hyperprove/cache", threads: int = 2) -> Extractor:
+    """The named extractor; `lm` needs an LM (and its id, for the cache and the manifest)."""
+    if name == "sentences":
+        return SentenceExtractor()
+    if name == "lm":
+        if lm is None or lm_id is None:
+            raise HyperProveError("extractor 'lm' needs an LM (the local model, or --lm MODEL)")
+        return LMExtractor(lm, lm_id, cache_dir, threads)
+    raise HyperProveError(f"unknown extractor {name!r} (available: {', '.join(EXTRACTORS)})")

@@ -29,7 +29,7 @@ from modules.retriever import FactTable, HypergraphRetriever, RetrieverConfig
 from modules.vectors import VectorIndex
 from pipeline.files import atomic_directory, atomic_save_npy, atomic_write_bytes, atomic_write_json, read_json, sha256_file
 from pipeline.config import IndexConfig
-from pipeline.extract import make_extractor, subject_name
+from pipeline.extract import Extractor, make_extractor, subject_name
 
 FORMAT = "hyperprove-index"
 FORMAT_VERSION = 1
@@ -166,14 +166,15 @@ def assemble_index(
     )
 
 
-def build_index(passages: list[Passage], config: IndexConfig, embedder, progress: bool = True) -> HypergraphIndex:
-    """Extract facts, give entities global ids, embed facts/entities/passages, assemble."""
-    from tqdm import tqdm
+def build_index(passages: list[Passage], config: IndexConfig, embedder, progress: bool = True, extractor: Extractor | None = None) -> HypergraphIndex:
+    """Extract facts, give entities global ids, embed facts/entities/passages, assemble.
 
-    extractor = make_extractor(config.extractor)
-    facts: list[Fact] = []
-    for passage_id, passage in enumerate(tqdm(passages, desc="extract", unit="passage", disable=not progress)):
-        facts.extend(extractor.extract([passage], first_id=passage_id)[0])
+    `extractor` is needed for the `lm` extractor (it carries the LM); `sentences` is made here.
+    """
+    extractor = extractor or make_extractor(config.extractor)
+    if extractor.name != config.extractor:
+        raise HyperProveError(f"index config names extractor {config.extractor!r} but {extractor.name!r} was given")
+    facts: list[Fact] = [fact for per_passage in extractor.extract(passages, progress=progress) for fact in per_passage]
     key_to_id: dict[str, int] = {}
     entity_names: list[str] = []
     rows, cols = [], []
@@ -195,7 +196,7 @@ def build_index(passages: list[Passage], config: IndexConfig, embedder, progress
         "passage": embedder.encode([f"{p.title}\n{p.text}" for p in passages], progress=label("embed passages")),
     }
     info = {
-        "extractor": {"name": extractor.name, "version": extractor.version},
+        "extractor": extractor.report(),
         "embedder": {"id": embedder.id, "dim": int(vectors["fact"].shape[1]) if len(facts) else embedder.dim},
         "config": asdict(config),
         "corpus_sha256": corpus_checksum(passages),

@@ -72,3 +72,69 @@ def test_index_then_evaluate_with_the_packaged_embedder(files, capsys):
     assert results["dense-iterative"]["recall@5"] == 100.0
     assert results["hyperprove"]["recall@5"] == 100.0
     assert results["hyperprove"]["config"]["top_k"] == 1
+
+
+class ScriptedSession:
+    """Stands in for `LMSession`: a DummyLM behind the same interface, and the hashing embedder."""
+
+    answers: dict = {}
+
+    def __init__(self, config):
+        import dspy
+        from dspy.utils import DummyLM
+
+        from pipeline.lm import CallCounter
+
+        self.id = "dummy/scripted"
+        self.counter = CallCounter()
+        self.lm = DummyLM(self.answers)
+        self.lm.callbacks = [self.counter]
+        dspy.configure(lm=self.lm)
+
+    def calls(self):
+        return self.counter.calls
+
+
+@pytest.fixture
+def scripted_cli(monkeypatch):
+    import pipeline.cli as cli
+    from tests.conftest import HashEmbedder
+
+    monkeypatch.setattr(cli, "LMSession", ScriptedSession)
+    monkeypatch.setattr(cli, "_embedder", lambda config: HashEmbedder())
+    return ScriptedSession
+
+
+def test_ask_prints_the_chain_and_ends_with_json(files, capsys, scripted_cli):
+    scripted_cli.answers = {
+        "`[[ ## sub_questions ## ]]`": {"sub_questions": ["Who directed Jaws?", "Who was the mother of #1?"]},
+        "[[ ## sub_question ## ]]": {"question": "Who was the mother of Steven Spielberg?"},
+        "[[ ## question ## ]]\nWho directed Jaws?\n": {"answer": "Steven Spielberg", "supporting": [1]},
+        "[[ ## question ## ]]\nWho was the mother of Steven Spielberg?\n": {"answer": "Leah Adler", "supporting": [1]},
+        "[[ ## question ## ]]\nWho was the mother of the director of Jaws?": {"answer": "Leah Adler"},
+    }
+    code, _, _ = run(capsys, "index", files / "corpus.json", "--out", files / "idx", "--embedder", "test-hash")
+    assert code == 0
+    code, out, _ = run(capsys, "ask", files / "idx", "Who was the mother of the director of Jaws?", "--embedder", "test-hash", "--json")
+    assert code == 0
+    lines = out.strip().splitlines()
+    assert lines[0] == "Q: Who was the mother of the director of Jaws?"
+    assert "  hop 2: Who was the mother of #1?" in lines
+    assert "    rewritten: Who was the mother of Steven Spielberg?" in lines
+    assert lines[-2] == "A: Leah Adler"
+    result = json.loads(lines[-1])
+    assert result["answer"] == "Leah Adler" and result["lm_calls"] == 5
+    assert [hop["answer"] for hop in result["chain"]] == ["Steven Spielberg", "Leah Adler"]
+    assert result["chain"][1]["frontier_in"] == result["chain"][0]["supporting"]
+
+
+def test_demo_reports_every_extraction_fallback(tmp_path, capsys, scripted_cli):
+    # An LM that never gives usable facts: every demo passage falls back to sentences, and says so.
+    scripted_cli.answers = {"": {"entities": [], "facts": [], "sub_questions": [], "question": "", "answer": "", "supporting": []}}
+    code, out, _ = run(capsys, "demo", "--cache-dir", tmp_path / "cache", "--json")
+    assert code == 0
+    assert "lm extraction: 12 passages, 0 from the cache, 0 extracted, 12 retried, 12 fell back to sentences" in out
+    result = json.loads(out.strip().splitlines()[-1])
+    assert len(result["answers"]) == 3
+    assert all(answer["fallbacks"][0].startswith("decompose:") for answer in result["answers"])
+    assert not (tmp_path / "cache" / "indexes").exists()  # an index built on fallbacks is not kept

@@ -3,7 +3,8 @@
 import pytest
 
 from experiments.data import Question, Step
-from experiments.gold import DensePassageSearch, evaluate_ranker, fill_references, gold_sub_queries, hyperprove_chain, rank_dense_iterative
+from experiments.gold import DensePassageSearch, evaluate_ranker, gold_sub_queries, hyperprove_chain, rank_dense_iterative
+from modules.steps import fill_references
 from modules.errors import HyperProveError
 from modules.facts import Passage
 from modules.retriever import RetrieverConfig

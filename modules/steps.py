@@ -1,0 +1,286 @@
+"""The LM steps as DSPy modules: one predictor each, built-in demonstrations, checked output.
+
+A 1.5B local model follows these signatures only with examples in front of it, so every
+predictor ships one or two hand-written demonstrations (about one invented film, not taken from
+any benchmark). An optimizer (`hyperprove compile`) replaces them; all predictors are visible to
+`named_predictors()`. Each module checks what comes back and raises `MalformedOutput` when it is
+unusable, so the caller decides the fallback (METHOD.md names none; the program documents its own).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Sequence
+
+import dspy
+
+from modules.errors import HyperProveError
+from modules.facts import ScoredFact
+from modules.signatures import AnswerHop, Decompose, ExtractedFact, ExtractFacts, GenerateAnswer, RewriteBridge
+
+REFERENCE = re.compile(r"#(\d+)")
+
+
+class MalformedOutput(HyperProveError):
+    """The LM answered, but not in a usable shape."""
+
+
+def fill_references(sub_question: str, answers: Sequence[str]) -> str:
+    """Replace "#k" with the answer of step k (1-based); unknown references stay as written."""
+
+    def answer(match: re.Match) -> str:
+        k = int(match.group(1))
+        return answers[k - 1] if 1 <= k <= len(answers) else match.group(0)
+
+    return REFERENCE.sub(answer, sub_question)
+
+
+def references(text: str) -> list[int]:
+    return [int(k) for k in REFERENCE.findall(text)]
+
+
+# --- built-in demonstrations ---------------------------------------------------------------------
+_JAWS = (
+    "Jaws is a 1975 American thriller film directed by Steven Spielberg. It is based on the 1974 "
+    "novel by Peter Benchley. The film was a box-office success."
+)
+_ADLER = (
+    "Leah Adler (January 12, 1920 - February 21, 2017) was an American restaurateur and pianist. "
+    "She was the mother of the film director Steven Spielberg. She owned The Milky Way, a kosher "
+    "restaurant in Los Angeles."
+)
+EXTRACT_DEMOS = [
+    dspy.Example(
+        title="Jaws (film)",
+        passage=_JAWS,
+        entities=["Jaws", "1975", "Steven Spielberg", "1974", "Peter Benchley"],
+        facts=[
+            "Jaws is a 1975 American thriller film.",
+            "Jaws was directed by Steven Spielberg.",
+            "Jaws is based on the 1974 novel by Peter Benchley.",
+            "Jaws was a box-office success.",
+        ],
+    ).with_inputs("title", "passage"),
+    dspy.Example(
+        title="Leah Adler",
+        passage=_ADLER,
+        entities=["Leah Adler", "January 12, 1920", "February 21, 2017", "Steven Spielberg", "The Milky Way", "Los Angeles"],
+        facts=[
+            "Leah Adler was born on January 12, 1920.",
+            "Leah Adler died on February 21, 2017.",
+            "Leah Adler was an American restaurateur and pianist.",
+            "Leah Adler was the mother of the film director Steven Spielberg.",
+            "Leah Adler owned The Milky Way, a kosher restaurant in Los Angeles.",
+        ],
+    ).with_inputs("title", "passage"),
+]
+DECOMPOSE_DEMOS = [
+    dspy.Example(
+        question="When did the director of Jaws' mother die?",
+        sub_questions=["Who directed Jaws?", "Who is the mother of #1?", "When did #2 die?"],
+    ).with_inputs("question"),
+    dspy.Example(
+        question="Where was the wife of the person that the Spielberg Prize is named after born?",
+        sub_questions=["Who is the Spielberg Prize named after?", "Who is the wife of #1?", "Where was #2 born?"],
+    ).with_inputs("question"),
+]
+REWRITE_DEMOS = [
+    dspy.Example(
+        sub_question="Who is the mother of #1?", resolved=["#1 = Steven Spielberg"], question="Who is the mother of Steven Spielberg?"
+    ).with_inputs("sub_question", "resolved"),
+    dspy.Example(
+        sub_question="When did #2 die?", resolved=["#1 = Steven Spielberg", "#2 = Leah Adler"], question="When did Leah Adler die?"
+    ).with_inputs("sub_question", "resolved"),
+]
+ANSWER_HOP_DEMOS = [
+    dspy.Example(
+        question="Who directed Jaws?",
+        evidence=[
+            "[1] (Jaws (film)) Jaws is a 1975 American thriller film.",
+            "[2] (Jaws (film)) Jaws was directed by Steven Spielberg.",
+            "[3] (Jaws (film)) Jaws is based on the 1974 novel by Peter Benchley.",
+        ],
+        answer="Steven Spielberg",
+        supporting=[2],
+    ).with_inputs("question", "evidence"),
+    dspy.Example(
+        question="When did Leah Adler die?",
+        evidence=[
+            "[1] (Leah Adler) Leah Adler was born on January 12, 1920.",
+            "[2] (Leah Adler) Leah Adler was the mother of the film director Steven Spielberg.",
+            "[3] (Leah Adler) Leah Adler died on February 21, 2017.",
+        ],
+        answer="February 21, 2017",
+        supporting=[3],
+    ).with_inputs("question", "evidence"),
+]
+GENERATE_DEMOS = [
+    dspy.Example(
+        question="When did the director of Jaws' mother die?",
+        evidence=[
+            "Who directed Jaws? -> Steven Spielberg",
+            "Who is the mother of Steven Spielberg? -> Leah Adler",
+            "When did Leah Adler die? -> February 21, 2017",
+            "(Jaws (film)) Jaws was directed by Steven Spielberg.",
+            "(Leah Adler) Leah Adler was the mother of the film director Steven Spielberg.",
+            "(Leah Adler) Leah Adler died on February 21, 2017.",
+        ],
+        answer="February 21, 2017",
+    ).with_inputs("question", "evidence"),
+    dspy.Example(
+        question="In which city is the restaurant owned by the mother of the director of Jaws?",
+        evidence=[f"(Jaws (film)) {_JAWS}", f"(Leah Adler) {_ADLER}"],
+        answer="Los Angeles",
+    ).with_inputs("question", "evidence"),
+]
+
+
+def _predictor(signature, demos: list[dspy.Example]) -> dspy.Predict:
+    predictor = dspy.Predict(signature)
+    predictor.demos = list(demos)
+    return predictor
+
+
+def _short(text: object) -> str:
+    return " ".join(str(text or "").split()).strip()
+
+
+# --- checks on what the LM wrote -----------------------------------------------------------------
+_STOPWORDS = frozenset(
+    "the a an and or of in on at to for by with from as is was were are be been has had have it its his her "
+    "their he she they this that which who whom also not but into after before during".split()
+)
+GROUNDED_SHARE = 0.6  # of a fact's content words that must occur in its passage
+
+
+def _content_words(text: str) -> set[str]:
+    return {w for w in re.findall(r"\w+", text.lower()) if w not in _STOPWORDS}
+
+
+def _supported(entity: str, source: set[str]) -> bool:
+    words = _content_words(entity)
+    return bool(words) and words <= source
+
+
+def _grounded(fact: str, source: set[str]) -> bool:
+    words = _content_words(fact)
+    return bool(words) and len(words & source) >= GROUNDED_SHARE * len(words)
+
+
+def mentioned(entities: Sequence[str], text: str) -> list[str]:
+    """The entities whose name occurs in the text (case-insensitive, on word boundaries)."""
+    lowered = text.lower()
+    return [e for e in entities if re.search(rf"(?<!\w){re.escape(e.lower())}(?!\w)", lowered)]
+
+
+# --- the modules ---------------------------------------------------------------------------------
+class FactExtractor(dspy.Module):
+    """Step 1: passage -> entities and atomic facts, each fact with the entities it mentions.
+
+    The LM names the passage's entities once and writes the facts; a fact's entities are the
+    listed ones it mentions (case-insensitive). Not repeating the entities under every fact
+    roughly halves the tokens a small local model has to generate.
+
+    Only what the passage supports is kept: a fact most of whose content words are not in the
+    title or passage, or an entity with such a word, is dropped. A 1.5B model sometimes copies
+    a demonstration's facts ("Leah Adler was born ...") into the answer for an unrelated passage.
+    """
+
+    max_tokens = 1024  # a long passage restates itself as facts: room for ~700 words
+
+    def __init__(self):
+        super().__init__()
+        self.extract = _predictor(ExtractFacts, EXTRACT_DEMOS)
+
+    def forward(self, title: str, passage: str, attempt: int = 0) -> dspy.Prediction:
+        """attempt > 0 asks again past the cache, a little warmer, after a malformed answer."""
+        config = {"max_tokens": self.max_tokens}
+        if attempt:
+            config.update(rollout_id=attempt, temperature=0.3)
+        output = self.extract(title=title, passage=passage, config=config)
+        source = _content_words(f"{title} {passage}")
+        entities = [e for e in (_short(e) for e in output.entities or []) if _supported(e, source)]
+        texts = [t for t in (_short(t) for t in output.facts or []) if t and _grounded(t, source)]
+        entities, texts = list(dict.fromkeys(entities)), list(dict.fromkeys(texts))
+        if not texts:
+            raise MalformedOutput(f"no facts extracted from passage {title!r} that the passage supports")
+        facts = [ExtractedFact(text=text, entities=mentioned(entities, text)) for text in texts]
+        return dspy.Prediction(entities=entities, facts=facts)
+
+
+class Decomposer(dspy.Module):
+    """Step 4: question -> ordered sub-questions with "#k" references to earlier answers."""
+
+    def __init__(self):
+        super().__init__()
+        self.decompose = _predictor(Decompose, DECOMPOSE_DEMOS)
+
+    def forward(self, question: str, max_hops: int = 4) -> dspy.Prediction:
+        sub_questions = [_short(q) for q in self.decompose(question=question).sub_questions or []]
+        sub_questions = [q for q in sub_questions if q]
+        if not sub_questions:
+            raise MalformedOutput("the decomposition is empty")
+        if len(sub_questions) > max_hops:
+            raise MalformedOutput(f"the decomposition has {len(sub_questions)} hops, more than {max_hops}")
+        for position, sub_question in enumerate(sub_questions, start=1):
+            if any(not 1 <= k < position for k in references(sub_question)):
+                raise MalformedOutput(f"sub-question {position} refers to an answer not yet known: {sub_question!r}")
+        return dspy.Prediction(sub_questions=sub_questions)
+
+
+class BridgeRewriter(dspy.Module):
+    """Step 5: a sub-question with "#k" -> a standalone query naming the resolved answers.
+
+    Without references there is nothing to rewrite and no LM call is made.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.rewrite = _predictor(RewriteBridge, REWRITE_DEMOS)
+
+    def forward(self, sub_question: str, answers: Sequence[str]) -> dspy.Prediction:
+        used = sorted(set(references(sub_question)))
+        if not used:
+            return dspy.Prediction(query=sub_question, rewritten=False)
+        resolved = [f"#{k} = {answers[k - 1]}" for k in used if 1 <= k <= len(answers)]
+        query = _short(self.rewrite(sub_question=sub_question, resolved=resolved).question)
+        if not query or REFERENCE.search(query):
+            raise MalformedOutput(f"the rewrite of {sub_question!r} still has a reference or is empty: {query!r}")
+        missing = [answers[k - 1] for k in used if 1 <= k <= len(answers) and answers[k - 1].lower() not in query.lower()]
+        if missing:
+            raise MalformedOutput(f"the rewrite {query!r} drops the resolved answer {missing[0]!r}")
+        return dspy.Prediction(query=query, rewritten=True)
+
+
+def numbered_evidence(facts: Sequence[ScoredFact]) -> list[str]:
+    return [f"[{n}] ({fact.title}) {fact.text}" for n, fact in enumerate(facts, start=1)]
+
+
+class HopAnswerer(dspy.Module):
+    """Step 10: a hop's query and evidence facts -> short answer and the supporting facts."""
+
+    def __init__(self):
+        super().__init__()
+        self.answer = _predictor(AnswerHop, ANSWER_HOP_DEMOS)
+
+    def forward(self, question: str, facts: Sequence[ScoredFact]) -> dspy.Prediction:
+        output = self.answer(question=question, evidence=numbered_evidence(facts))
+        answer = _short(output.answer)
+        if not answer:
+            raise MalformedOutput(f"no answer to {question!r}")
+        numbers = [n for n in dict.fromkeys(output.supporting or []) if 1 <= n <= len(facts)]
+        return dspy.Prediction(answer=answer, supporting=[facts[n - 1].id for n in numbers])
+
+
+class AnswerGenerator(dspy.Module):
+    """Step 11: the question and the evidence chain -> the final short answer."""
+
+    def __init__(self):
+        super().__init__()
+        self.generate = _predictor(GenerateAnswer, GENERATE_DEMOS)
+
+    def forward(self, question: str, evidence: Sequence[str]) -> dspy.Prediction:
+        answer = _short(self.generate(question=question, evidence=list(evidence)).answer)
+        if not answer:
+            raise MalformedOutput(f"no final answer to {question!r}")
+        return dspy.Prediction(answer=answer)

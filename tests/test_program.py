@@ -1,0 +1,152 @@
+"""The HyperProve program with a scripted LM: hop wiring, "#k" rewriting, frontier carry, fallbacks."""
+
+import dspy
+import pytest
+from dspy.utils import DummyLM
+
+from experiments.data import Question
+from experiments.qa import evaluate_program
+from modules.facts import Passage
+from modules.retriever import RetrieverConfig
+from pipeline.config import IndexConfig
+from pipeline.index import build_index
+from pipeline.lm import CallCounter
+from pipeline.program import HyperProve, ProgramConfig
+
+CORPUS = [
+    Passage("Jaws (film)", "Jaws is a 1975 thriller film. Jaws was directed by Steven Spielberg."),
+    Passage("Steven Spielberg", "Steven Spielberg is an American film director. Steven Spielberg's mother was Leah Adler."),
+    Passage("Leah Adler", "Leah Adler was an American restaurateur. Leah Adler died in 2017."),
+    Passage("Ohio River", "The Ohio River is a tributary of the Mississippi River."),
+]
+QUESTION = "When did the mother of the director of Jaws die?"
+SUBS = ["Who directed Jaws?", "Who was the mother of #1?", "When did #2 die?"]
+DECOMPOSE = "`[[ ## sub_questions ## ]]`"  # only the Decompose prompt asks for this field
+
+
+def ask(text):  # the key that picks out the AnswerHop / GenerateAnswer prompt for one question
+    return f"[[ ## question ## ]]\n{text}\n\n"
+
+
+def script(**changes):
+    """The answers of a well-behaved LM, keyed by what identifies each prompt; `changes` override."""
+    answers = {
+        DECOMPOSE: {"sub_questions": SUBS},
+        "[[ ## sub_question ## ]]\nWho was the mother of #1?": {"question": "Who was the mother of Steven Spielberg?"},
+        "[[ ## sub_question ## ]]\nWhen did #2 die?": {"question": "When did Leah Adler die?"},
+        ask("Who directed Jaws?"): {"answer": "Steven Spielberg", "supporting": [1]},
+        ask("Who was the mother of Steven Spielberg?"): {"answer": "Leah Adler", "supporting": [1]},
+        ask("When did Leah Adler die?"): {"answer": "2017", "supporting": [1]},
+        ask(QUESTION): {"answer": "2017"},
+    }
+    answers.update(changes)
+    return answers
+
+
+@pytest.fixture(scope="module")
+def retriever(tmp_path_factory):
+    from tests.conftest import HashEmbedder
+
+    embedder = HashEmbedder()
+    index = build_index(CORPUS, IndexConfig(embedder=embedder.id), embedder, progress=False)
+    return index.retriever(RetrieverConfig(top_k=2, n_seeds=3), embedder.encode_query)
+
+
+def run(retriever, answers, **config):
+    counter = CallCounter()
+    lm = DummyLM(answers)
+    lm.callbacks = [counter]
+    with dspy.context(lm=lm):
+        prediction = HyperProve(retriever, ProgramConfig(**config))(QUESTION)
+    return prediction, counter.calls
+
+
+def test_hops_are_wired_in_order_and_references_rewritten(retriever):
+    prediction, calls = run(retriever, script())
+    assert prediction.answer == "2017"
+    assert prediction.fallbacks == []
+    assert [hop["sub_question"] for hop in prediction.chain] == SUBS
+    assert [hop["query"] for hop in prediction.chain] == ["Who directed Jaws?", "Who was the mother of Steven Spielberg?", "When did Leah Adler die?"]
+    assert [hop["answer"] for hop in prediction.chain] == ["Steven Spielberg", "Leah Adler", "2017"]
+    assert calls == 1 + 2 + 3 + 1  # decompose, two rewrites (hop 1 has no reference), three hop answers, final
+    # Each hop's evidence is what the retriever returns for its query: the fact that answers it comes first.
+    assert [hop["facts"][0]["text"] for hop in prediction.chain] == [
+        "Jaws was directed by Steven Spielberg.", "Steven Spielberg's mother was Leah Adler.", "Leah Adler died in 2017.",
+    ]
+
+
+def test_the_frontier_carries_the_supporting_facts(retriever):
+    prediction, _ = run(retriever, script())
+    first, second, third = prediction.chain
+    assert first["frontier_in"] == []
+    assert first["supporting"] == [first["facts"][0]["id"]]  # the reader cited fact number 1
+    assert second["frontier_in"] == first["supporting"]
+    assert third["frontier_in"] == first["supporting"] + second["supporting"]
+    assert prediction.frontier == first["supporting"] + second["supporting"] + third["supporting"]
+
+
+def test_carry_top_k_carries_every_evidence_fact(retriever):
+    prediction, _ = run(retriever, script(), carry="top_k")
+    first, second, _ = prediction.chain
+    assert second["frontier_in"] == [fact["id"] for fact in first["facts"]]
+    assert len(second["frontier_in"]) == 2
+
+
+def test_a_failed_decomposition_becomes_one_hop_on_the_question(retriever):
+    prediction, calls = run(retriever, script(**{DECOMPOSE: {"sub_questions": ["When did #2 die?", "Who?"]}}))
+    assert [hop["query"] for hop in prediction.chain] == [QUESTION]
+    assert prediction.fallbacks[0].startswith("decompose: sub-question 1 refers to an answer not yet known")
+    # too many hops for max_hops counts as failed too
+    prediction, _ = run(retriever, script(), max_hops=2)
+    assert len(prediction.chain) == 1 and "more than 2" in prediction.fallbacks[0]
+
+
+def test_a_failed_rewrite_falls_back_to_substitution(retriever):
+    answers = script(**{"[[ ## sub_question ## ]]\nWho was the mother of #1?": {"question": "Who was the mother?"}})
+    prediction, _ = run(retriever, answers)
+    assert prediction.chain[1]["query"] == "Who was the mother of Steven Spielberg?"
+    assert prediction.fallbacks == ["rewrite 2: the rewrite 'Who was the mother?' drops the resolved answer 'Steven Spielberg'"]
+    assert prediction.answer == "2017"
+
+
+def test_a_failed_hop_answer_bridges_with_the_best_fact_and_carries_top_k(retriever):
+    answers = script(**{ask("Who directed Jaws?"): {"answer": "", "supporting": []}})
+    answers["[[ ## sub_question ## ]]\nWho was the mother of #1?"] = {"question": "Who was the mother of Jaws was directed by Steven Spielberg.?"}
+    prediction, _ = run(retriever, answers)
+    first, second, _ = prediction.chain
+    assert first["answer"] == "Jaws was directed by Steven Spielberg."
+    assert first["supporting"] == []
+    assert second["frontier_in"] == [fact["id"] for fact in first["facts"]]
+    assert prediction.fallbacks[0].startswith("answer 1: no answer")
+
+
+def test_a_failed_final_answer_is_the_last_hop_answer(retriever):
+    prediction, _ = run(retriever, script(**{ask(QUESTION): {"answer": ""}}))
+    assert prediction.answer == "2017"
+    assert prediction.fallbacks == [f"final answer: no final answer to {QUESTION!r}"]
+
+
+def test_the_program_exposes_its_four_predictors_and_saves_them_as_json(retriever, tmp_path):
+    program = HyperProve(retriever)
+    assert [name for name, _ in program.named_predictors()] == ["decompose.decompose", "rewrite.rewrite", "answer_hop.answer", "generate.generate"]
+    program.decompose.decompose.demos = program.decompose.decompose.demos[:1]
+    program.save(tmp_path / "program.json")
+    fresh = HyperProve(retriever)
+    fresh.load(tmp_path / "program.json")
+    assert len(fresh.decompose.decompose.demos) == 1
+    assert fresh.decompose.decompose.demos[0]["question"] == program.decompose.decompose.demos[0].question
+
+
+def test_one_failing_question_does_not_stop_a_batch():
+    questions = [Question(id=str(k), question=f"q{k}", answer="yes", gold_passages=(0,)) for k in range(3)]
+
+    def program(text):
+        if text == "q1":
+            raise ConnectionError("LM down")
+        return dspy.Prediction(answer="yes", passages=[0, 1], chain=[], fallbacks=[])
+
+    summary, rows = evaluate_program(questions, program, lambda: 0)
+    assert rows[1]["error"] == "ConnectionError: LM down" and rows[1]["em"] == 0.0
+    assert summary["errors"] == 1
+    assert summary["em"] == pytest.approx(200 / 3, abs=0.01)
+    assert summary["recall@2"] == pytest.approx(200 / 3, abs=0.01)

@@ -1,0 +1,112 @@
+"""The LM steps, each against a scripted DummyLM: what they parse, what they reject."""
+
+import dspy
+import pytest
+from dspy.utils import DummyLM
+
+from modules.facts import ScoredFact
+from modules.steps import AnswerGenerator, BridgeRewriter, Decomposer, FactExtractor, HopAnswerer, MalformedOutput, fill_references, mentioned
+
+
+def scripted(*answers):
+    return dspy.context(lm=DummyLM(list(answers)))
+
+
+PASSAGE = "It was directed by Steven Spielberg and came out in 1975. Jawsome is not Jaws-like."
+
+
+def test_fact_extractor_gives_each_fact_the_listed_entities_it_mentions():
+    answer = {
+        "entities": ["Jaws", "Steven Spielberg", "1975", "The"],
+        "facts": ["Jaws was directed by Steven Spielberg.", "  Jaws   came out in 1975. ", "Jawsome is not Jaws-like."],
+    }
+    with scripted(answer):
+        out = FactExtractor()(title="Jaws (film)", passage=PASSAGE)
+    assert out.entities == ["Jaws", "Steven Spielberg", "1975"]  # "The" names nothing
+    assert [f.text for f in out.facts] == ["Jaws was directed by Steven Spielberg.", "Jaws came out in 1975.", "Jawsome is not Jaws-like."]
+    assert [f.entities for f in out.facts] == [["Jaws", "Steven Spielberg"], ["Jaws", "1975"], ["Jaws"]]
+    assert mentioned(["AC/DC", "Ohio"], "They played AC/DC songs in ohio.") == ["AC/DC", "Ohio"]
+
+
+def test_fact_extractor_drops_what_the_passage_does_not_say():
+    answer = {
+        "entities": ["Jaws", "Leah Adler", "Steven Spielberg"],
+        # the second fact is copied from a demonstration: none of its 6 content words is in the passage
+        "facts": ["Jaws was directed by Steven Spielberg.", "Leah Adler was born on January 12, 1920."],
+    }
+    with scripted(answer):
+        out = FactExtractor()(title="Jaws (film)", passage=PASSAGE)
+    assert [f.text for f in out.facts] == ["Jaws was directed by Steven Spielberg."]
+    assert out.entities == ["Jaws", "Steven Spielberg"]
+
+
+def test_fact_extractor_rejects_an_empty_answer():
+    with scripted({"entities": ["Jaws"], "facts": []}), pytest.raises(MalformedOutput, match="no facts"):
+        FactExtractor()(title="Jaws", passage=PASSAGE)
+    with scripted({"entities": [], "facts": ["Leah Adler died in 2017."]}), pytest.raises(MalformedOutput, match="no facts"):
+        FactExtractor()(title="Jaws", passage=PASSAGE)
+
+
+def test_decomposer_accepts_backward_references_only():
+    subs = ["Who directed Jaws?", "Who is the mother of #1?", "When did #2 die?"]
+    with scripted({"sub_questions": subs}):
+        assert Decomposer()(question="q").sub_questions == subs
+    with scripted({"sub_questions": ["Who is the mother of #1?", "Who directed Jaws?"]}), pytest.raises(MalformedOutput, match="not yet known"):
+        Decomposer()(question="q")
+    with scripted({"sub_questions": ["a", "b", "c"]}), pytest.raises(MalformedOutput, match="more than 2"):
+        Decomposer()(question="q", max_hops=2)
+    with scripted({"sub_questions": ["  "]}), pytest.raises(MalformedOutput, match="empty"):
+        Decomposer()(question="q")
+
+
+def test_rewriter_calls_the_lm_only_when_there_is_a_reference():
+    lm = DummyLM([])
+    with dspy.context(lm=lm):
+        out = BridgeRewriter()(sub_question="Who directed Jaws?", answers=[])
+    assert out.query == "Who directed Jaws?" and out.rewritten is False
+    assert lm.history == []
+
+
+def test_rewriter_checks_that_the_answer_made_it_in():
+    rewrite = BridgeRewriter()
+    with scripted({"question": "When did Leah Adler die?"}):
+        assert rewrite(sub_question="When did #2 die?", answers=["Steven Spielberg", "Leah Adler"]).query == "When did Leah Adler die?"
+    with scripted({"question": "When did she die?"}), pytest.raises(MalformedOutput, match="drops the resolved answer 'Leah Adler'"):
+        rewrite(sub_question="When did #2 die?", answers=["Steven Spielberg", "Leah Adler"])
+    with scripted({"question": "When did #2 die?"}), pytest.raises(MalformedOutput, match="still has a reference"):
+        rewrite(sub_question="When did #2 die?", answers=["Steven Spielberg", "Leah Adler"])
+    assert fill_references("When did #2 die after #1 and #7?", ["A", "B"]) == "When did B die after A and #7?"
+
+
+def facts(*texts):
+    return [ScoredFact(id=10 * k, text=t, passage=k, title=f"T{k}", cos=0.5, struct=0.0, score=0.5) for k, t in enumerate(texts)]
+
+
+def test_hop_answerer_maps_fact_numbers_to_fact_ids():
+    evidence = facts("Jaws is a film.", "Jaws was directed by Steven Spielberg.", "Spielberg was born in Cincinnati.")
+    with scripted({"answer": "Steven Spielberg", "supporting": [2, 2, 9, 3]}):
+        out = HopAnswerer()(question="Who directed Jaws?", facts=evidence)
+    assert out.answer == "Steven Spielberg"
+    assert out.supporting == [10, 20]  # numbers 2 and 3; 9 is out of range, the repeat is dropped
+
+
+def test_hop_answerer_shows_numbered_facts_with_titles():
+    lm = DummyLM([{"answer": "x", "supporting": [1]}])
+    with dspy.context(lm=lm):
+        HopAnswerer()(question="Who?", facts=facts("First fact."))
+    assert "[1] (T0) First fact." in lm.history[-1]["messages"][-1]["content"]
+
+
+def test_answer_generator_rejects_an_empty_answer():
+    with scripted({"answer": "2017"}):
+        assert AnswerGenerator()(question="q", evidence=["a -> b"]).answer == "2017"
+    with scripted({"answer": " "}), pytest.raises(MalformedOutput):
+        AnswerGenerator()(question="q", evidence=[])
+
+
+@pytest.mark.parametrize("module, demos", [(FactExtractor, 2), (Decomposer, 2), (BridgeRewriter, 2), (HopAnswerer, 2), (AnswerGenerator, 2)])
+def test_every_step_ships_demonstrations(module, demos):
+    [(name, predictor)] = module().named_predictors()
+    assert len(predictor.demos) == demos
+    for demo in predictor.demos:  # every demo fills every field of the signature
+        assert set(predictor.signature.fields) <= set(demo.keys())
