@@ -28,6 +28,9 @@ OFFLINE_DEFAULTS = {
 }
 
 
+LM_ERROR_MODULES = {"litellm", "openai", "httpx", "httpcore"}  # besides DSPy's own LMError
+
+
 def _add_config_flags(parser: argparse.ArgumentParser, retriever: bool = True, extractor: str = "sentences") -> None:
     parser.add_argument("--config", help="experiment config file (JSON); flags override it")
     parser.add_argument("--extractor", choices=["sentences", "lm"], help=f"fact extractor (default: {extractor})")
@@ -42,7 +45,7 @@ def _add_config_flags(parser: argparse.ArgumentParser, retriever: bool = True, e
         parser.add_argument("--seeds", type=int, dest="n_seeds", help="dense seed facts per hop (step 6)")
         parser.add_argument("--subgraph-bound", type=int, help="facts in the local subgraph (step 7)")
     parser.add_argument("--lm", dest="lm_model", help="LiteLLM model id, e.g. openai/gpt-4o-mini (default: the embedded local model)")
-    parser.add_argument("--lm-threads", type=int, help="concurrent LM requests (default 2)")
+    parser.add_argument("--lm-threads", type=int, help="concurrent LM requests (default: 1 for the local model, 8 for an API model)")
     parser.add_argument("--json", action="store_true", help="end with one JSON object")
 
 
@@ -86,7 +89,7 @@ def _extractor(config: HyperProveConfig, session: LMSession | None):
 
     if config.index.extractor != "lm":
         return make_extractor(config.index.extractor)
-    return make_extractor("lm", session.lm, session.id, config.cache_dir, config.lm.threads)
+    return make_extractor("lm", session.lm, session.id, config.cache_dir, config.lm.concurrency)
 
 
 def _report_extraction(extractor) -> None:
@@ -360,6 +363,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted: finished work is cached; run the same command again to resume", file=sys.stderr)
         return 130
+    except Exception as error:  # an LM provider's failure (bad key, no server, quota) is bad input too
+        from dspy.utils.exceptions import LMError
+
+        if not isinstance(error, LMError) and type(error).__module__.split(".")[0] not in LM_ERROR_MODULES:
+            raise
+        first_line = (str(error).strip().splitlines() or [""])[0][:300]
+        print(f"error: the LM failed ({type(error).__name__}): {first_line}", file=sys.stderr)
+        return 2
     if args.json:
         print(json.dumps(result))
     return 0

@@ -178,7 +178,7 @@ class LMExtractor:
     name = "lm"
     version = "1"
 
-    def __init__(self, lm, lm_id: str, cache_dir: str | Path, threads: int = 2):
+    def __init__(self, lm, lm_id: str, cache_dir: str | Path, threads: int = 1):
         from modules.steps import FactExtractor
 
         self.lm, self.lm_id, self.threads = lm, lm_id, threads
@@ -271,7 +271,7 @@ class LMExtractor:
 EXTRACTORS = ("sentences", "lm")
 
 
-def make_extractor(name: str, lm=None, lm_id: str | None = None, cache_dir: str | Path = ".hyperprove/cache", threads: int = 2) -> Extractor:
+def make_extractor(name: str, lm=None, lm_id: str | None = None, cache_dir: str | Path = ".hyperprove/cache", threads: int = 1) -> Extractor:
     """The named extractor; `lm` needs an LM (and its id, for the cache and the manifest)."""
     if name == "sentences":
         return SentenceExtractor()

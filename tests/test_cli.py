@@ -138,3 +138,18 @@ def test_demo_reports_every_extraction_fallback(tmp_path, capsys, scripted_cli):
     assert len(result["answers"]) == 3
     assert all(answer["fallbacks"][0].startswith("decompose:") for answer in result["answers"])
     assert not (tmp_path / "cache" / "indexes").exists()  # an index built on fallbacks is not kept
+
+
+def test_an_lm_provider_failure_is_one_line(files, capsys, monkeypatch):
+    import pipeline.cli as cli
+
+    class AuthenticationError(Exception):
+        __module__ = "litellm.exceptions"
+
+    def failing_session(config):
+        raise AuthenticationError("litellm.AuthenticationError: OpenAIException - The api_key client option must be set\nmore detail")
+
+    monkeypatch.setattr(cli, "LMSession", failing_session)
+    code, _, err = run(capsys, "demo", "--lm", "openai/gpt-4o-mini", "--cache-dir", files / "cache")
+    assert code == 2
+    assert err == "error: the LM failed (AuthenticationError): litellm.AuthenticationError: OpenAIException - The api_key client option must be set\n"

