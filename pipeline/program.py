@@ -44,7 +44,6 @@ class ProgramConfig:
             raise HyperProveError(f"program config: carry={self.carry!r} must be 'supporting' or 'top_k'")
 
 
-
 class HyperProve(dspy.Module):
     """Question -> answer and the evidence chain (per hop: sub-question, query, facts, answer)."""
 
