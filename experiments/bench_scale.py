@@ -59,27 +59,15 @@ def synthetic_corpus(n_facts: int, seed: int = 0):
 
 def ppr_matrix(incidence: sp.csr_matrix, passage_of: np.ndarray, n_passages: int) -> sp.csr_matrix:
     """Column-stochastic transitions of the undirected fact-entity-passage graph."""
+    from experiments.baselines import column_stochastic
+
     n_facts, n_entities = incidence.shape
     fact_passage = sp.csr_matrix((np.ones(n_facts), (np.arange(n_facts), passage_of)), shape=(n_facts, n_passages))
-    adjacency = sp.bmat([
+    return column_stochastic(sp.bmat([
         [None, incidence, fact_passage],
         [incidence.T, None, None],
         [fact_passage.T, None, None],
-    ], format="csr")
-    degree = np.asarray(adjacency.sum(axis=0)).ravel()
-    return (adjacency @ sp.diags(np.divide(1.0, degree, out=np.zeros_like(degree), where=degree > 0))).tocsr()
-
-
-def personalized_pagerank(transitions: sp.csr_matrix, seeds: np.ndarray, damping: float = 0.5, tol: float = 1e-6, max_iter: int = 100) -> np.ndarray:
-    reset = np.zeros(transitions.shape[0])
-    reset[seeds] = 1.0 / len(seeds)
-    rank = reset.copy()
-    for _ in range(max_iter):
-        updated = (1 - damping) * reset + damping * (transitions @ rank)
-        if np.abs(updated - rank).sum() < tol:
-            return updated
-        rank = updated
-    return rank
+    ], format="csr"))
 
 
 def run_size(n_facts: int, n_queries: int, ppr_queries: int) -> dict:
@@ -114,11 +102,16 @@ def run_size(n_facts: int, n_queries: int, ppr_queries: int) -> dict:
         hop_ms += [1000 * (t1 - t0), 1000 * (t2 - t1)]
         seeds_of.append(first.trace["dense_seeds"])
 
+    from experiments.baselines import dangling_nodes, personalized_pagerank
+
     transitions = ppr_matrix(hypergraph.B_he, passage_of, n_passages)
+    dangling = dangling_nodes(transitions)
     ppr_ms = []
     for seeds in seeds_of[:ppr_queries]:
         t0 = time.perf_counter()
-        personalized_pagerank(transitions, np.asarray(seeds))
+        reset = np.zeros(transitions.shape[0])
+        reset[seeds] = 1.0
+        personalized_pagerank(transitions, reset, dangling=dangling)
         ppr_ms.append(1000 * (time.perf_counter() - t0))
 
     degrees = np.asarray(incidence.sum(axis=0)).ravel()

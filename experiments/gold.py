@@ -4,6 +4,7 @@
 - `dense-iterative`: the same passage search on each gold sub-question ("#k" filled with the
   gold answers), per-hop rankings interleaved rank by rank. No graph: it isolates what the
   hypergraph adds beyond the decomposition itself.
+- `ppr`: HippoRAG 2-style Personalized PageRank from the question (`experiments.baselines`).
 - `hyperprove`: `HypergraphRetriever` hop by hop on the same sub-questions, carrying the
   frontier F_t = F_{t-1} ∪ top-K. Passage ranking: each hop ranks passages by its scored
   candidates (so its top-K facts' passages come first), and the hops are interleaved rank by
@@ -24,7 +25,7 @@ from modules.retriever import HypergraphRetriever, interleave_passages
 from modules.steps import fill_references
 from modules.vectors import VectorIndex
 
-RETRIEVERS = ("dense", "dense-iterative", "hyperprove")
+RETRIEVERS = ("dense", "dense-iterative", "hyperprove", "ppr")
 
 
 def gold_sub_queries(question: Question) -> list[str]:

@@ -241,7 +241,7 @@ def cmd_evaluate(args: argparse.Namespace) -> dict:
     if args.retriever not in RETRIEVERS:
         raise HyperProveError(f"--retriever {args.retriever!r}: choose one of {', '.join(RETRIEVERS)}")
     with_lm = args.decomposition == "lm"
-    if with_lm and args.retriever == "dense-iterative":
+    if with_lm and args.retriever not in ("hyperprove", "dense"):
         raise HyperProveError("--decomposition lm runs the full program (--retriever hyperprove) or dense retrieval + the same reader (--retriever dense)")
     config = _config(args)
     passages = load_corpus(args.corpus)
@@ -256,7 +256,7 @@ def cmd_evaluate(args: argparse.Namespace) -> dict:
             raise HyperProveError(f"{args.index}: built from another corpus than {args.corpus}")
     else:
         index = None
-    if args.retriever == "hyperprove":
+    if args.retriever in ("hyperprove", "ppr"):
         index = index or cached_index(passages, config, embedder, session)
     else:
         if index is not None:
@@ -289,14 +289,20 @@ def cmd_evaluate(args: argparse.Namespace) -> dict:
         if args.retriever == "hyperprove":
             retriever = index.retriever(config.retriever, embedder.encode_query)
             rank = lambda question: rank_hyperprove(question, retriever)  # noqa: E731
+        elif args.retriever == "ppr":
+            from experiments.baselines import PPRPassageSearch
+
+            ppr = PPRPassageSearch.from_index(index, embedder.encode_query)
+            rank = lambda question: ppr(question.question)  # noqa: E731
         else:
             ranker = rank_dense if args.retriever == "dense" else rank_dense_iterative
             rank = lambda question: ranker(question, search)  # noqa: E731
         summary, rows = evaluate_ranker(questions, rank, progress="evaluate")
         result = {"retriever": args.retriever, **summary}
-        if args.retriever != "dense":
+        question_only = args.retriever in ("dense", "ppr")
+        if not question_only:
             result["decomposition"] = args.decomposition
-        label = args.retriever if args.retriever == "dense" else f"{args.retriever} ({args.decomposition} decomposition)"
+        label = args.retriever if question_only else f"{args.retriever} ({args.decomposition} decomposition)"
         print(
             f"{label} on {summary['n']} questions: "
             f"Recall@2 {summary['recall@2']:.2f}  Recall@5 {summary['recall@5']:.2f}  "
@@ -338,7 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--questions", required=True, help="questions JSON (project schema or HippoRAG's)")
     evaluate.add_argument("--corpus", required=True, help="corpus JSON the questions refer to")
     evaluate.add_argument("--index", help="index directory built from that corpus (default: built and cached)")
-    evaluate.add_argument("--retriever", required=True, help="dense | dense-iterative | hyperprove")
+    evaluate.add_argument("--retriever", required=True, help="dense | dense-iterative | hyperprove | ppr (HippoRAG 2-style, question only)")
     evaluate.add_argument(
         "--decomposition", choices=["gold", "lm"], default="gold",
         help="gold: MuSiQue's sub-questions, retrieval only; lm: the full program with the LM (EM, F1, calls)",

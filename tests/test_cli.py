@@ -49,8 +49,8 @@ def test_bad_index_and_retriever_and_config(files, capsys):
     code, _, err = run(capsys, "evaluate", "--questions", files / "questions.json", "--corpus", files / "corpus.json",
                        "--retriever", "dense", "--index", files / "nowhere")
     assert code == 2 and "no such index directory" in err and len(err.strip().splitlines()) == 1
-    code, _, err = run(capsys, "evaluate", "--questions", files / "questions.json", "--corpus", files / "corpus.json", "--retriever", "ppr")
-    assert code == 2 and "--retriever 'ppr'" in err
+    code, _, err = run(capsys, "evaluate", "--questions", files / "questions.json", "--corpus", files / "corpus.json", "--retriever", "magic")
+    assert code == 2 and "--retriever 'magic'" in err
     (files / "cfg.json").write_text(json.dumps({"retriever": {"alpha": 7}}))
     code, _, err = run(capsys, "evaluate", "--questions", files / "questions.json", "--corpus", files / "corpus.json",
                        "--retriever", "hyperprove", "--config", files / "cfg.json")
@@ -63,7 +63,7 @@ def test_index_then_evaluate_with_the_packaged_embedder(files, capsys):
     assert code == 0
     assert json.loads(out.strip().splitlines()[-1])["passages"] == 5
     results = {}
-    for name in ("dense", "dense-iterative", "hyperprove"):
+    for name in ("dense", "dense-iterative", "hyperprove", "ppr"):
         code, out, _ = run(capsys, "evaluate", "--questions", files / "questions.json", "--corpus", files / "corpus.json",
                            "--index", files / "idx", "--retriever", name, "--top-k", 1, "--cache-dir", files / "cache", "--json")
         assert code == 0

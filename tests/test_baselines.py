@@ -1,0 +1,58 @@
+"""Baselines on tiny graphs whose answers are worked out by hand."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from experiments.baselines import PPRConfig, PPRPassageSearch, column_stochastic, personalized_pagerank
+from tests.conftest import incidence
+
+# f0 in P0 names a; f1 in P1 names a and b; f2 in P2 names c; P3 has no facts.
+FACTS = [[0], [0, 1], [2]]
+PASSAGE_OF = np.array([0, 1, 2])
+
+
+def search(seed_scores):
+    """A fact search that returns fixed (score, id) pairs, best first."""
+    ids = np.array(list(seed_scores), dtype=np.int64)
+    scores = np.array(list(seed_scores.values()), dtype=np.float32)
+    return lambda vector, k: (scores[:k], ids[:k])
+
+
+def ppr(seed_scores, passage_vectors, passage_node_weight, n_passages=3):
+    return PPRPassageSearch(
+        incidence(FACTS, 3), sp.csr_matrix((3, 3)), PASSAGE_OF, n_passages, search(seed_scores),
+        passage_vectors, lambda q: np.array([1.0, 0.0], dtype=np.float32),
+        PPRConfig(link_top_k=1, passage_node_weight=passage_node_weight),
+    )
+
+
+def test_ppr_mass_matches_the_hand_solution():
+    # Reset on entity a alone. By hand (nodes a, b, c, P0, P1, P2; r = s/2 + P r/2):
+    # r_P0 = r_a/6, r_b = r_P1 = 2 r_a/9, r_a = 1/2 + 7 r_a/36, so r_a = 18/29, r_P0 = 3/29, r_P1 = 4/29.
+    search_ppr = ppr({0: 1.0}, np.zeros((3, 2), dtype=np.float32), passage_node_weight=0.0)
+    rank = personalized_pagerank(search_ppr.transitions, search_ppr.reset_vector(np.array([1.0, 0.0], dtype=np.float32)))
+    np.testing.assert_allclose(rank, [18 / 29, 4 / 29, 0, 3 / 29, 4 / 29, 0], atol=1e-6)
+    assert search_ppr("q") == [1, 0, 2]  # P1, linked to a and b, outranks P0 where the seed fact is
+
+
+def test_reset_divides_entity_weight_by_passages_and_adds_dense_passage_scores():
+    vectors = np.array([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]], dtype=np.float32)  # dense scores 1, 0, 0.6
+    reset = ppr({1: 0.8}, vectors, passage_node_weight=0.05).reset_vector(np.array([1.0, 0.0], dtype=np.float32))
+    # fact 1 names a (in 2 passages) and b (in 1): 0.8 / 2 and 0.8 / 1; passages 0.05 * (1, 0, 0.6)
+    np.testing.assert_allclose(reset, [0.4, 0.8, 0.0, 0.05, 0.0, 0.03], atol=1e-7)
+
+
+def test_power_iteration_agrees_with_the_linear_solve_and_returns_dangling_mass():
+    # P3 has no edges: its mass goes back through the reset vector.
+    adjacency = sp.csr_matrix(np.array([
+        [0, 1, 1, 0], [1, 0, 1, 0], [1, 1, 0, 0], [0, 0, 0, 0],
+    ], dtype=float))
+    reset = np.array([0.5, 0.0, 0.0, 0.5])
+    transitions = column_stochastic(adjacency)
+    d = 0.5
+    dangling = np.array([0, 0, 0, 1.0])
+    expected = np.linalg.solve(np.eye(4) - d * transitions.toarray() - d * np.outer(reset, dangling), (1 - d) * reset)
+    rank = personalized_pagerank(transitions, reset, damping=d, tol=1e-12, max_iter=200)
+    np.testing.assert_allclose(rank, expected, atol=1e-9)
+    assert rank.sum() == pytest.approx(1.0)
