@@ -1,5 +1,13 @@
 """Peer baselines over the same index, embedder and evidence budget as HyperProve.
 
+Each is a passage search: query text in, passage ids out, best first.
+
+- `DenseFactSearch`: the facts nearest to the query, their passages in order of first appearance.
+- `EntityExpansionSearch`: HyperGraphRAG's one-shot expansion. The entities nearest to the query
+  (by their name vectors) bring in every fact (hyperedge) that names them, beside the facts
+  nearest to the query; the candidates are ranked by cosine to the query, and passages follow.
+  No walk, no hops: what answer guidance adds over this is the point of the comparison.
+
 `PPRPassageSearch` is HippoRAG 2's retrieval, as its paper and code describe it, on this
 project's index: a graph of entity ("phrase") nodes and passage nodes, seeded from the facts
 that match the query, ranked by Personalized PageRank mass.
@@ -24,6 +32,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from modules.hypergraph import binary_csr
+from modules.retriever import unique_in_order
+from modules.vectors import VectorIndex
 
 
 def personalized_pagerank(
@@ -60,6 +70,55 @@ def dangling_nodes(transitions: sp.csr_matrix) -> np.ndarray:
 def column_stochastic(adjacency: sp.spmatrix) -> sp.csr_matrix:
     degree = np.asarray(adjacency.sum(axis=0)).ravel()
     return (sp.csr_matrix(adjacency) @ sp.diags(np.divide(1.0, degree, out=np.zeros_like(degree, dtype=np.float64), where=degree > 0))).tocsr()
+
+
+class DenseFactSearch:
+    """Passages of the `fact_depth` facts nearest to the query, in order of the best fact."""
+
+    def __init__(self, fact_index: VectorIndex, fact_passage: np.ndarray, encode: Callable[[str], np.ndarray], depth: int = 10, fact_depth: int = 100):
+        self.fact_index, self.fact_passage, self.encode = fact_index, np.asarray(fact_passage), encode
+        self.depth, self.fact_depth = depth, fact_depth
+
+    def __call__(self, query: str) -> list[int]:
+        _, ids = self.fact_index.search(self.encode(query), self.fact_depth)
+        facts = ids[0][ids[0] >= 0]
+        return unique_in_order(self.fact_passage[facts])[: self.depth]
+
+
+class EntityExpansionSearch:
+    """HyperGraphRAG-style one-shot expansion from the entities matched to the query."""
+
+    def __init__(
+        self,
+        fact_entities: sp.csr_matrix,
+        fact_vectors: np.ndarray,
+        fact_index: VectorIndex,
+        entity_index: VectorIndex,
+        fact_passage: np.ndarray,
+        encode: Callable[[str], np.ndarray],
+        n_entities: int = 10,
+        n_facts: int = 10,
+        depth: int = 10,
+    ):
+        self.facts_of_entity = sp.csc_matrix(fact_entities)
+        self.fact_vectors, self.fact_index, self.entity_index = fact_vectors, fact_index, entity_index
+        self.fact_passage, self.encode = np.asarray(fact_passage), encode
+        self.n_entities, self.n_facts, self.depth = n_entities, n_facts, depth
+
+    @classmethod
+    def from_index(cls, index, encode: Callable[[str], np.ndarray], **options) -> "EntityExpansionSearch":
+        return cls(index.fact_entities, index.fact_vectors, index.fact_index, index.entity_index, index.fact_passage, encode, **options)
+
+    def __call__(self, query: str) -> list[int]:
+        vector = np.asarray(self.encode(query), dtype=np.float32).ravel()
+        _, entity_ids = self.entity_index.search(vector, self.n_entities)
+        _, fact_ids = self.fact_index.search(vector, self.n_facts)
+        entities = entity_ids[0][entity_ids[0] >= 0]
+        expanded = self.facts_of_entity[:, entities].indices
+        candidates = np.union1d(fact_ids[0][fact_ids[0] >= 0], expanded).astype(np.int64)
+        cos = self.fact_vectors[candidates] @ vector
+        ranked = candidates[np.lexsort((candidates, -cos))]
+        return unique_in_order(self.fact_passage[ranked])[: self.depth]
 
 
 @dataclass

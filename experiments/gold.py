@@ -4,7 +4,10 @@
 - `dense-iterative`: the same passage search on each gold sub-question ("#k" filled with the
   gold answers), per-hop rankings interleaved rank by rank. No graph: it isolates what the
   hypergraph adds beyond the decomposition itself.
-- `ppr`: HippoRAG 2-style Personalized PageRank from the question (`experiments.baselines`).
+- From the question alone, over the hypergraph index (`experiments.baselines`): `ppr`
+  (HippoRAG 2-style Personalized PageRank), `dense-facts` (passages of the nearest facts),
+  `hypergraphrag` (one-shot expansion from the nearest entities) and `hyperprove-fixed`, the
+  ablation: HyperProve's expansion on the fixed original question, with no carried frontier.
 - `hyperprove`: `HypergraphRetriever` hop by hop on the same sub-questions, carrying the
   frontier F_t = F_{t-1} ∪ top-K. Passage ranking: each hop ranks passages by its scored
   candidates (so its top-K facts' passages come first), and the hops are interleaved rank by
@@ -21,11 +24,12 @@ import numpy as np
 from experiments.data import Question
 from experiments.metrics import recall_at_k
 from modules.errors import HyperProveError
-from modules.retriever import HypergraphRetriever, interleave_passages
+from modules.retriever import HypergraphRetriever, RetrieverConfig, interleave_passages
 from modules.steps import fill_references
 from modules.vectors import VectorIndex
 
-RETRIEVERS = ("dense", "dense-iterative", "hyperprove", "ppr")
+QUESTION_ONLY = ("ppr", "dense-facts", "hypergraphrag", "hyperprove-fixed")
+RETRIEVERS = ("dense", "dense-iterative", "hyperprove", *QUESTION_ONLY)
 
 
 def gold_sub_queries(question: Question) -> list[str]:
@@ -45,6 +49,22 @@ class DensePassageSearch:
     def __call__(self, query: str) -> list[int]:
         _, ids = self.index.search(self.encode(query), self.depth)
         return [int(i) for i in ids[0] if i >= 0]
+
+
+def question_search(name: str, index, encode: Callable[[str], np.ndarray], config: RetrieverConfig) -> Callable[[str], list[int]]:
+    """The question-only passage search `name` over a hypergraph index."""
+    from experiments.baselines import DenseFactSearch, EntityExpansionSearch, PPRPassageSearch
+
+    if name == "ppr":
+        return PPRPassageSearch.from_index(index, encode)
+    if name == "dense-facts":
+        return DenseFactSearch(index.fact_index, index.fact_passage, encode)
+    if name == "hypergraphrag":
+        return EntityExpansionSearch.from_index(index, encode)
+    if name == "hyperprove-fixed":
+        retriever = index.retriever(config, encode)
+        return lambda query: retriever(query).passages
+    raise HyperProveError(f"no question-only search named {name!r} (available: {', '.join(QUESTION_ONLY)})")
 
 
 def rank_dense(question: Question, search: DensePassageSearch) -> list[int]:

@@ -234,7 +234,9 @@ def cmd_demo(args: argparse.Namespace) -> dict:
 
 def cmd_evaluate(args: argparse.Namespace) -> dict:
     from experiments.data import load_corpus, load_questions
-    from experiments.gold import RETRIEVERS, DensePassageSearch, evaluate_ranker, rank_dense, rank_dense_iterative, rank_hyperprove
+    from experiments.gold import (
+        QUESTION_ONLY, RETRIEVERS, DensePassageSearch, evaluate_ranker, question_search, rank_dense, rank_dense_iterative, rank_hyperprove,
+    )
     from modules.vectors import VectorIndex
     from pipeline.index import corpus_checksum, load_index
 
@@ -256,7 +258,7 @@ def cmd_evaluate(args: argparse.Namespace) -> dict:
             raise HyperProveError(f"{args.index}: built from another corpus than {args.corpus}")
     else:
         index = None
-    if args.retriever in ("hyperprove", "ppr"):
+    if args.retriever not in ("dense", "dense-iterative"):
         index = index or cached_index(passages, config, embedder, session)
     else:
         if index is not None:
@@ -289,17 +291,15 @@ def cmd_evaluate(args: argparse.Namespace) -> dict:
         if args.retriever == "hyperprove":
             retriever = index.retriever(config.retriever, embedder.encode_query)
             rank = lambda question: rank_hyperprove(question, retriever)  # noqa: E731
-        elif args.retriever == "ppr":
-            from experiments.baselines import PPRPassageSearch
-
-            ppr = PPRPassageSearch.from_index(index, embedder.encode_query)
-            rank = lambda question: ppr(question.question)  # noqa: E731
+        elif args.retriever in QUESTION_ONLY:
+            search = question_search(args.retriever, index, embedder.encode_query, config.retriever)
+            rank = lambda question: search(question.question)  # noqa: E731
         else:
             ranker = rank_dense if args.retriever == "dense" else rank_dense_iterative
             rank = lambda question: ranker(question, search)  # noqa: E731
         summary, rows = evaluate_ranker(questions, rank, progress="evaluate")
         result = {"retriever": args.retriever, **summary}
-        question_only = args.retriever in ("dense", "ppr")
+        question_only = args.retriever == "dense" or args.retriever in QUESTION_ONLY
         if not question_only:
             result["decomposition"] = args.decomposition
         label = args.retriever if question_only else f"{args.retriever} ({args.decomposition} decomposition)"
@@ -308,7 +308,7 @@ def cmd_evaluate(args: argparse.Namespace) -> dict:
             f"Recall@2 {summary['recall@2']:.2f}  Recall@5 {summary['recall@5']:.2f}  "
             f"({1000 * summary['seconds_per_question']:.1f} ms/question)"
         )
-    if args.retriever == "hyperprove":
+    if args.retriever in ("hyperprove", "hyperprove-fixed"):
         result["config"] = config.retriever.to_dict()
     if args.predictions:
         from pipeline.files import atomic_write_json
@@ -344,7 +344,11 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--questions", required=True, help="questions JSON (project schema or HippoRAG's)")
     evaluate.add_argument("--corpus", required=True, help="corpus JSON the questions refer to")
     evaluate.add_argument("--index", help="index directory built from that corpus (default: built and cached)")
-    evaluate.add_argument("--retriever", required=True, help="dense | dense-iterative | hyperprove | ppr (HippoRAG 2-style, question only)")
+    evaluate.add_argument(
+        "--retriever", required=True,
+        help="dense | dense-iterative | hyperprove; from the question alone: ppr (HippoRAG 2-style) | dense-facts | "
+             "hypergraphrag (one-shot entity expansion) | hyperprove-fixed (ablation: fixed question, no frontier)",
+    )
     evaluate.add_argument(
         "--decomposition", choices=["gold", "lm"], default="gold",
         help="gold: MuSiQue's sub-questions, retrieval only; lm: the full program with the LM (EM, F1, calls)",

@@ -56,3 +56,32 @@ def test_power_iteration_agrees_with_the_linear_solve_and_returns_dangling_mass(
     rank = personalized_pagerank(transitions, reset, damping=d, tol=1e-12, max_iter=200)
     np.testing.assert_allclose(rank, expected, atol=1e-9)
     assert rank.sum() == pytest.approx(1.0)
+
+
+# Facts f0 (P0, names a), f1 (P1, a and b), f2 (P2, c), f3 (P3, c); query e0.
+FACT_VECTORS = np.array([[1, 0, 0], [0.6, 0.8, 0], [0.8, 0, 0.6], [0, 0, 1]], dtype=np.float32)
+ENTITY_VECTORS = np.array([[0, 1, 0], [0, 0, 1], [1, 0, 0]], dtype=np.float32)  # a, b, c
+QUERY = {"q": np.array([1, 0, 0], dtype=np.float32)}
+
+
+def test_dense_facts_ranks_passages_by_their_best_fact():
+    from experiments.baselines import DenseFactSearch
+    from modules.vectors import VectorIndex
+
+    search = DenseFactSearch(VectorIndex.build(FACT_VECTORS), [0, 1, 2, 3], QUERY.__getitem__, fact_depth=2)
+    assert search("q") == [0, 2]  # f0 (cos 1.0), f2 (0.8); f1 (0.6) is beyond the fact depth
+    search.fact_depth = 4
+    assert search("q") == [0, 2, 1, 3]
+
+
+def test_entity_expansion_brings_in_every_fact_of_the_matched_entities():
+    from experiments.baselines import EntityExpansionSearch
+    from modules.vectors import VectorIndex
+
+    search = EntityExpansionSearch(
+        incidence([[0], [0, 1], [2], [2]], 3), FACT_VECTORS, VectorIndex.build(FACT_VECTORS), VectorIndex.build(ENTITY_VECTORS),
+        np.array([0, 1, 2, 3]), QUERY.__getitem__, n_entities=1, n_facts=1,
+    )
+    # nearest entity c brings f2 and f3, nearest fact is f0; f1 (cos 0.6) is not a candidate.
+    # ranked by cos: f0 (1.0), f2 (0.8), f3 (0.0) -> passages 0, 2, 3
+    assert search("q") == [0, 2, 3]
