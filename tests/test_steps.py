@@ -110,3 +110,13 @@ def test_every_step_ships_demonstrations(module, demos):
     assert len(predictor.demos) == demos
     for demo in predictor.demos:  # every demo fills every field of the signature
         assert set(predictor.signature.fields) <= set(demo.keys())
+
+
+def test_the_extraction_budget_follows_the_passage_length():
+    from modules.steps import extraction_budget
+
+    lm = DummyLM([{"entities": ["Jaws"], "facts": ["Jaws was directed by Steven Spielberg."]}])
+    with dspy.context(lm=lm):
+        FactExtractor()(title="Jaws (film)", passage=PASSAGE)
+    assert lm.history[-1]["kwargs"]["max_tokens"] == 96 + 94 // 2  # title and passage: 94 characters
+    assert extraction_budget("t", "x" * 5000) == 1024
