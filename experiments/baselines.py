@@ -2,6 +2,8 @@
 
 Each is a passage search: query text in, passage ids out, best first.
 
+- `BM25PassageSearch`: lexical BM25 (`bm25s`, Lucene variant, k1 1.5, b 0.75, English
+  stopwords) over "title\ntext", the text the dense passage search embeds.
 - `DenseFactSearch`: the facts nearest to the query, their passages in order of first appearance.
 - `EntityExpansionSearch`: HyperGraphRAG's one-shot expansion. The entities nearest to the query
   (by their name vectors) bring in every fact (hyperedge) that names them, beside the facts
@@ -70,6 +72,24 @@ def dangling_nodes(transitions: sp.csr_matrix) -> np.ndarray:
 def column_stochastic(adjacency: sp.spmatrix) -> sp.csr_matrix:
     degree = np.asarray(adjacency.sum(axis=0)).ravel()
     return (sp.csr_matrix(adjacency) @ sp.diags(np.divide(1.0, degree, out=np.zeros_like(degree, dtype=np.float64), where=degree > 0))).tocsr()
+
+
+class BM25PassageSearch:
+    """Passages by BM25 score against the query (see the module docstring)."""
+
+    def __init__(self, passages, depth: int = 10):
+        import bm25s
+
+        self.bm25s, self.depth = bm25s, depth
+        texts = [f"{p.title}\n{p.text}" for p in passages]
+        self.retriever = bm25s.BM25(k1=1.5, b=0.75, method="lucene")
+        self.retriever.index(bm25s.tokenize(texts, stopwords="en", show_progress=False), show_progress=False)
+        self.n_passages = len(texts)
+
+    def __call__(self, query: str) -> list[int]:
+        tokens = self.bm25s.tokenize([query], stopwords="en", show_progress=False)
+        ids, _ = self.retriever.retrieve(tokens, k=min(self.depth, self.n_passages), show_progress=False, n_threads=1)
+        return ids[0].tolist()
 
 
 class DenseFactSearch:

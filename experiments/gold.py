@@ -4,7 +4,8 @@
 - `dense-iterative`: the same passage search on each gold sub-question ("#k" filled with the
   gold answers), per-hop rankings interleaved rank by rank. No graph: it isolates what the
   hypergraph adds beyond the decomposition itself.
-- From the question alone, over the hypergraph index (`experiments.baselines`): `ppr`
+- From the question alone (`experiments.baselines`): `bm25` over passages, and over the
+  hypergraph index `ppr`
   (HippoRAG 2-style Personalized PageRank), `dense-facts` (passages of the nearest facts),
   `hypergraphrag` (one-shot expansion from the nearest entities) and `hyperprove-fixed`, the
   ablation: HyperProve's expansion on the fixed original question, with no carried frontier.
@@ -28,7 +29,8 @@ from modules.retriever import HypergraphRetriever, RetrieverConfig, interleave_p
 from modules.steps import fill_references
 from modules.vectors import VectorIndex
 
-QUESTION_ONLY = ("ppr", "dense-facts", "hypergraphrag", "hyperprove-fixed")
+QUESTION_ONLY = ("bm25", "ppr", "dense-facts", "hypergraphrag", "hyperprove-fixed")
+WITHOUT_INDEX = ("dense", "dense-iterative", "bm25")  # passage-level: no hypergraph index needed
 RETRIEVERS = ("dense", "dense-iterative", "hyperprove", *QUESTION_ONLY)
 
 
@@ -51,10 +53,12 @@ class DensePassageSearch:
         return [int(i) for i in ids[0] if i >= 0]
 
 
-def question_search(name: str, index, encode: Callable[[str], np.ndarray], config: RetrieverConfig) -> Callable[[str], list[int]]:
-    """The question-only passage search `name` over a hypergraph index."""
-    from experiments.baselines import DenseFactSearch, EntityExpansionSearch, PPRPassageSearch
+def question_search(name: str, passages, index, encode: Callable[[str], np.ndarray], config: RetrieverConfig) -> Callable[[str], list[int]]:
+    """The question-only passage search `name` (over the hypergraph index, except `bm25`)."""
+    from experiments.baselines import BM25PassageSearch, DenseFactSearch, EntityExpansionSearch, PPRPassageSearch
 
+    if name == "bm25":
+        return BM25PassageSearch(passages)
     if name == "ppr":
         return PPRPassageSearch.from_index(index, encode)
     if name == "dense-facts":

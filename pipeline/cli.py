@@ -235,7 +235,7 @@ def cmd_demo(args: argparse.Namespace) -> dict:
 def cmd_evaluate(args: argparse.Namespace) -> dict:
     from experiments.data import load_corpus, load_questions
     from experiments.gold import (
-        QUESTION_ONLY, RETRIEVERS, DensePassageSearch, evaluate_ranker, question_search, rank_dense, rank_dense_iterative, rank_hyperprove,
+        QUESTION_ONLY, RETRIEVERS, WITHOUT_INDEX, DensePassageSearch, evaluate_ranker, question_search, rank_dense, rank_dense_iterative, rank_hyperprove,
     )
     from modules.vectors import VectorIndex
     from pipeline.index import corpus_checksum, load_index
@@ -258,9 +258,9 @@ def cmd_evaluate(args: argparse.Namespace) -> dict:
             raise HyperProveError(f"{args.index}: built from another corpus than {args.corpus}")
     else:
         index = None
-    if args.retriever not in ("dense", "dense-iterative"):
+    if args.retriever not in WITHOUT_INDEX:
         index = index or cached_index(passages, config, embedder, session)
-    else:
+    elif args.retriever != "bm25":
         if index is not None:
             passage_index = index.passage_index
         else:
@@ -292,7 +292,7 @@ def cmd_evaluate(args: argparse.Namespace) -> dict:
             retriever = index.retriever(config.retriever, embedder.encode_query)
             rank = lambda question: rank_hyperprove(question, retriever)  # noqa: E731
         elif args.retriever in QUESTION_ONLY:
-            search = question_search(args.retriever, index, embedder.encode_query, config.retriever)
+            search = question_search(args.retriever, passages, index, embedder.encode_query, config.retriever)
             rank = lambda question: search(question.question)  # noqa: E731
         else:
             ranker = rank_dense if args.retriever == "dense" else rank_dense_iterative
@@ -346,7 +346,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--index", help="index directory built from that corpus (default: built and cached)")
     evaluate.add_argument(
         "--retriever", required=True,
-        help="dense | dense-iterative | hyperprove; from the question alone: ppr (HippoRAG 2-style) | dense-facts | "
+        help="dense | dense-iterative | hyperprove; from the question alone: bm25 | ppr (HippoRAG 2-style) | dense-facts | "
              "hypergraphrag (one-shot entity expansion) | hyperprove-fixed (ablation: fixed question, no frontier)",
     )
     evaluate.add_argument(

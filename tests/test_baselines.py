@@ -85,3 +85,19 @@ def test_entity_expansion_brings_in_every_fact_of_the_matched_entities():
     # nearest entity c brings f2 and f3, nearest fact is f0; f1 (cos 0.6) is not a candidate.
     # ranked by cos: f0 (1.0), f2 (0.8), f3 (0.0) -> passages 0, 2, 3
     assert search("q") == [0, 2, 3]
+
+
+def test_bm25_scores_by_hand():
+    from experiments.baselines import BM25PassageSearch
+    from modules.facts import Passage
+
+    passages = [Passage("Jaws", "directed by Steven Spielberg"), Passage("Spielberg", "Spielberg directed films"), Passage("Ohio River", "a river")]
+    search = BM25PassageSearch(passages)
+    # Tokens without stopwords: d0 jaws directed steven spielberg (4), d1 spielberg spielberg directed films (4),
+    # d2 ohio river river (3); avgdl 11/3. Query "who directed Jaws?" -> directed, jaws.
+    # idf = ln(1 + (N - df + .5) / (df + .5)): jaws ln(8/3), directed ln(1.6); tf part 1 / (1 + 1.5 (0.25 + 0.75 * 4 / (11/3))).
+    tf_part = 1 / (1 + 1.5 * (0.25 + 0.75 * 4 / (11 / 3)))
+    expected = np.array([(np.log(8 / 3) + np.log(1.6)) * tf_part, np.log(1.6) * tf_part, 0.0])
+    ids, scores = search.retriever.retrieve(search.bm25s.tokenize(["who directed Jaws?"], stopwords="en", show_progress=False), k=3, show_progress=False)
+    np.testing.assert_allclose(scores[0], expected, rtol=1e-5)
+    assert search("who directed Jaws?") == [0, 1, 2]

@@ -63,7 +63,7 @@ def test_index_then_evaluate_with_the_packaged_embedder(files, capsys):
     assert code == 0
     assert json.loads(out.strip().splitlines()[-1])["passages"] == 5
     results = {}
-    for name in ("dense", "dense-iterative", "hyperprove", "ppr", "dense-facts", "hypergraphrag", "hyperprove-fixed"):
+    for name in ("dense", "dense-iterative", "hyperprove", "bm25", "ppr", "dense-facts", "hypergraphrag", "hyperprove-fixed"):
         code, out, _ = run(capsys, "evaluate", "--questions", files / "questions.json", "--corpus", files / "corpus.json",
                            "--index", files / "idx", "--retriever", name, "--top-k", 1, "--cache-dir", files / "cache", "--json")
         assert code == 0
