@@ -81,7 +81,7 @@ class BM25PassageSearch:
         import bm25s
 
         self.bm25s, self.depth = bm25s, depth
-        texts = [f"{p.title}\n{p.text}" for p in passages]
+        texts = [p.titled_text for p in passages]
         self.retriever = bm25s.BM25(k1=1.5, b=0.75, method="lucene")
         self.retriever.index(bm25s.tokenize(texts, stopwords="en", show_progress=False), show_progress=False)
         self.n_passages = len(texts)

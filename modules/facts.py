@@ -12,6 +12,11 @@ class Passage:
     title: str
     text: str
 
+    @property
+    def titled_text(self) -> str:
+        """"title\ntext": what passage embeddings, BM25 and cache keys all read."""
+        return f"{self.title}\n{self.text}"
+
 
 @dataclass(frozen=True)
 class Fact:

@@ -264,7 +264,7 @@ def cmd_evaluate(args: argparse.Namespace) -> dict:
         if index is not None:
             passage_index = index.passage_index
         else:
-            vectors = embedder.encode([f"{p.title}\n{p.text}" for p in passages], progress="embed passages")
+            vectors = embedder.encode([p.titled_text for p in passages], progress="embed passages")
             passage_index = VectorIndex.build(vectors, exact_max=config.index.exact_search_max)
         search = DensePassageSearch(passage_index, embedder.encode_query)
     embedder.load()  # now, so that seconds per question measure retrieval and reading only

@@ -190,7 +190,7 @@ class LMExtractor:
         self._lock = threading.Lock()
 
     def _path(self, passage: Passage) -> Path:
-        digest = hashlib.sha256(f"{passage.title}\n{passage.text}".encode()).hexdigest()
+        digest = hashlib.sha256(passage.titled_text.encode()).hexdigest()
         return self.cache_dir / digest[:2] / f"{digest}.json"
 
     def _cached(self, passage: Passage) -> list[dict] | None:

@@ -193,7 +193,7 @@ def build_index(passages: list[Passage], config: IndexConfig, embedder, progress
     vectors = {
         "fact": embedder.encode([fact_embedding_text(f, passages[f.passage]) for f in facts], progress=label("embed facts")),
         "entity": embedder.encode(entity_names, progress=label("embed entities")),
-        "passage": embedder.encode([f"{p.title}\n{p.text}" for p in passages], progress=label("embed passages")),
+        "passage": embedder.encode([p.titled_text for p in passages], progress=label("embed passages")),
     }
     info = {
         "extractor": extractor.report(),
