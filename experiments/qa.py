@@ -17,7 +17,7 @@ from experiments.data import Question
 from experiments.metrics import exact_match, f1_score, recall_at_k
 from modules.errors import HyperProveError
 from modules.facts import Passage
-from modules.steps import AnswerGenerator
+from modules.steps import AnswerGenerator, evidence_line
 
 
 class DenseReader(dspy.Module):
@@ -32,7 +32,7 @@ class DenseReader(dspy.Module):
         from pipeline.program import LM_FAILURES
 
         ranked = self.search(question)
-        evidence = [f"({self.passages[p].title}) {self.passages[p].text}" for p in ranked[: self.k]]
+        evidence = [evidence_line(self.passages[p].title, self.passages[p].text) for p in ranked[: self.k]]
         fallbacks = []
         try:
             answer = self.generate(question=question, evidence=evidence).answer

@@ -257,8 +257,13 @@ class BridgeRewriter(dspy.Module):
         return dspy.Prediction(query=query, rewritten=True)
 
 
+def evidence_line(title: str, text: str) -> str:
+    """How a fact or passage is shown to a reader: "(title) text", as in the demonstrations."""
+    return f"({title}) {text}"
+
+
 def numbered_evidence(facts: Sequence[ScoredFact]) -> list[str]:
-    return [f"[{n}] ({fact.title}) {fact.text}" for n, fact in enumerate(facts, start=1)]
+    return [f"[{n}] {evidence_line(fact.title, fact.text)}" for n, fact in enumerate(facts, start=1)]
 
 
 class HopAnswerer(dspy.Module):

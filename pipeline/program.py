@@ -24,7 +24,7 @@ from dspy.utils.exceptions import AdapterParseError
 
 from modules.errors import HyperProveError
 from modules.retriever import HypergraphRetriever, interleave_passages
-from modules.steps import AnswerGenerator, BridgeRewriter, Decomposer, HopAnswerer, MalformedOutput, fill_references
+from modules.steps import AnswerGenerator, BridgeRewriter, Decomposer, HopAnswerer, MalformedOutput, evidence_line, fill_references
 
 # What a small model gets wrong: unparseable output, the wrong shape, values that fail validation.
 LM_FAILURES = (AdapterParseError, MalformedOutput, ValueError)
@@ -115,4 +115,4 @@ class HyperProve(dspy.Module):
 
     def frontier_lines(self, frontier: list[int]) -> list[str]:
         facts = self.retriever.facts
-        return [f"({facts.passage_titles[int(facts.passage[i])]}) {facts.text[i]}" for i in frontier]
+        return [evidence_line(facts.passage_titles[int(facts.passage[i])], facts.text[i]) for i in frontier]
