@@ -85,10 +85,12 @@ class LMSession:
 
 
 def _extractor(config: HyperProveConfig, session: LMSession | None):
+    """The configured extractor; the `lm` one starts an LM session only now, when it is needed."""
     from pipeline.extract import make_extractor
 
     if config.index.extractor != "lm":
         return make_extractor(config.index.extractor)
+    session = session or LMSession(config)
     return make_extractor("lm", session.lm, session.id, config.cache_dir, config.lm.concurrency)
 
 
@@ -117,8 +119,7 @@ def cmd_index(args: argparse.Namespace) -> dict:
 
     config = _config(args)
     passages = load_corpus(args.corpus)
-    session = LMSession(config) if config.index.extractor == "lm" else None
-    extractor = _extractor(config, session)
+    extractor = _extractor(config, None)
     started = time.perf_counter()
     index = build_index(passages, config.index, _embedder(config), progress=True, extractor=extractor)
     save_index(index, args.out)
@@ -251,7 +252,7 @@ def cmd_evaluate(args: argparse.Namespace) -> dict:
     if args.limit is not None:
         questions = questions[: args.limit]
     embedder = _embedder(config)
-    session = LMSession(config) if with_lm or config.index.extractor == "lm" else None
+    session = LMSession(config) if with_lm else None  # an index still to extract with the LM makes its own
     if args.index:
         index = load_index(args.index, expect_embedder=config.index.embedder)
         if index.info["corpus_sha256"] != corpus_checksum(passages):
