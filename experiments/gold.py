@@ -23,7 +23,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from experiments.data import Question
-from experiments.metrics import recall_at_k
+from experiments.metrics import mean_percent, recall_at_k
 from modules.errors import HyperProveError
 from modules.retriever import HypergraphRetriever, RetrieverConfig, interleave_passages
 from modules.steps import fill_references
@@ -114,6 +114,6 @@ def evaluate_ranker(
         raise HyperProveError("no question with gold passages to evaluate")
     elapsed = time.perf_counter() - started
     summary = {"n": len(rows)}
-    summary.update({f"recall@{k}": round(100 * float(np.mean([r[f"recall@{k}"] for r in rows])), 2) for k in ks})
+    summary.update({f"recall@{k}": mean_percent(rows, f"recall@{k}") for k in ks})
     summary["seconds_per_question"] = round(elapsed / len(rows), 4)
     return summary, rows

@@ -36,6 +36,11 @@ def f1_score(prediction: str, answers: Iterable[str]) -> float:
     return max((_f1(prediction, a) for a in answers), default=0.0)
 
 
+def mean_percent(rows: Sequence[dict], key: str) -> float:
+    """The mean of a 0-1 score over rows, as a percentage rounded to 2 places (how tables report)."""
+    return round(100 * sum(row[key] for row in rows) / len(rows), 2)
+
+
 def recall_at_k(ranked_passages: Sequence[int], gold_passages: Sequence[int], k: int) -> float:
     """|gold among the top-k| / |gold|; a question without gold passages is not scored (raises)."""
     gold = set(gold_passages)

@@ -14,7 +14,7 @@ import dspy
 import numpy as np
 
 from experiments.data import Question
-from experiments.metrics import exact_match, f1_score, recall_at_k
+from experiments.metrics import exact_match, f1_score, mean_percent, recall_at_k
 from modules.errors import HyperProveError
 from modules.facts import Passage
 from modules.steps import AnswerGenerator, evidence_line
@@ -74,12 +74,12 @@ def evaluate_program(
         rows.append(row)
     summary = {
         "n": len(rows),
-        "em": round(100 * float(np.mean([r["em"] for r in rows])), 2),
-        "f1": round(100 * float(np.mean([r["f1"] for r in rows])), 2),
+        "em": mean_percent(rows, "em"),
+        "f1": mean_percent(rows, "f1"),
     }
     with_gold = [r for r in rows if f"recall@{ks[0]}" in r]
     if with_gold:
-        summary.update({f"recall@{k}": round(100 * float(np.mean([r[f"recall@{k}"] for r in with_gold])), 2) for k in ks})
+        summary.update({f"recall@{k}": mean_percent(with_gold, f"recall@{k}") for k in ks})
     summary["lm_calls_per_question"] = round(float(np.mean([r["lm_calls"] for r in rows])), 2)
     summary["seconds_per_question"] = round(float(np.mean([r["seconds"] for r in rows])), 2)
     summary["errors"] = sum("error" in r for r in rows)

@@ -27,3 +27,10 @@ def test_recall_at_k():
     assert recall_at_k([5, 1, 9, 2], [1, 2], 5) == 1.0
     with pytest.raises(ValueError):
         recall_at_k([1], [], 2)
+
+
+def test_mean_percent_rounds_to_two_places():
+    from experiments.metrics import mean_percent
+
+    assert mean_percent([{"r": 1.0}, {"r": 0.5}, {"r": 0.0}], "r") == 50.0
+    assert mean_percent([{"r": 1.0}, {"r": 0.0}, {"r": 0.0}], "r") == 33.33
