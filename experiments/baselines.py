@@ -190,20 +190,122 @@ class PPRPassageSearch:
         return cls(index.fact_entities, index.synonyms, index.fact_passage, len(index.passages), fact_search,
                    index.passage_vectors, encode, config)
 
-    def reset_vector(self, query_vector: np.ndarray) -> np.ndarray:
-        config = self.config
-        scores, ids = self.fact_search(query_vector, config.link_top_k)
+    def link(self, query_vector: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The `link_top_k` facts nearest to the query and their cosines: HippoRAG 2's seeds."""
+        scores, ids = self.fact_search(query_vector, self.config.link_top_k)
         keep = ids >= 0
-        entity_weight = np.asarray(self.fact_entities[ids[keep]].T @ scores[keep]).ravel()
+        return ids[keep], scores[keep]
+
+    def reset_vector(self, query_vector: np.ndarray, seeds: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+        """Seed facts (default: `link`) weight their entities; every passage adds its dense score."""
+        ids, scores = self.link(query_vector) if seeds is None else seeds
+        entity_weight = np.asarray(self.fact_entities[ids].T @ scores).ravel()
         entity_weight = np.divide(entity_weight, self.passages_per_entity, out=np.zeros_like(entity_weight), where=self.passages_per_entity > 0)
         dense = self.passage_vectors @ query_vector
         spread = dense.max() - dense.min()
         normalised = (dense - dense.min()) / spread if spread > 0 else np.ones_like(dense)
-        return np.concatenate([entity_weight, config.passage_node_weight * normalised])
+        return np.concatenate([entity_weight, self.config.passage_node_weight * normalised])
+
+    def ranked(self, query_vector: np.ndarray, seeds: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+        """Every passage, by PPR mass (ties by id)."""
+        rank = personalized_pagerank(self.transitions, self.reset_vector(query_vector, seeds), self.config.damping, dangling=self.dangling)
+        passage_mass = rank[self.n_entities :]
+        return np.lexsort((np.arange(self.n_passages), -passage_mass))
 
     def __call__(self, query: str) -> list[int]:
         query_vector = np.asarray(self.encode(query), dtype=np.float32).ravel()
-        rank = personalized_pagerank(self.transitions, self.reset_vector(query_vector), self.config.damping, dangling=self.dangling)
-        passage_mass = rank[self.n_entities :]
-        order = np.lexsort((np.arange(self.n_passages), -passage_mass))
-        return order[: self.config.depth].tolist()
+        return self.ranked(query_vector)[: self.config.depth].tolist()
+
+
+@dataclass
+class BeamConfig:
+    subgraph_passages: int = 20  # stage 1: the beam walks the facts of this many PPR-ranked passages
+    start_facts: int = 200  # facts scored as one-fact paths (PropRAG: 200)
+    beam_width: int = 4  # paths kept per length (PropRAG: 4)
+    max_path_length: int = 3  # facts per path (PropRAG: 3)
+    parallel_starts: int = 3  # best one-fact paths every path may jump to (PropRAG's "non-chain" step)
+    depth: int = 10  # passages returned
+
+
+class BeamPathSearch:
+    """PropRAG-style retrieval: LM-free beam search over fact paths scored against the question.
+
+    1. Stage 1: HippoRAG 2-style PPR (`PPRPassageSearch`) ranks passages; the facts of the top
+       `subgraph_passages` are the ones the beam may visit.
+    2. Stage 2: the `start_facts` facts nearest to the query are one-fact paths; the best
+       `beam_width` form the beam. A path grows by a fact that shares an entity (or a synonym)
+       with its last fact, or by one of the `parallel_starts` best first facts. A path's score is
+       the cosine between the query and the normalised mean of its fact vectors (PropRAG's
+       "average" combination: no re-embedding at query time). The best `beam_width` new paths
+       of each length form the next beam; paths are sets, so a reordering is not new.
+    3. Each kept path adds its score to each of its facts; these fact scores seed the same PPR
+       in place of HippoRAG 2's top-k linked facts (PropRAG's entities from paths), and passages
+       are ranked by PPR mass.
+    """
+
+    def __init__(self, ppr: PPRPassageSearch, synonyms: sp.csr_matrix, fact_vectors: np.ndarray, fact_passage: np.ndarray,
+                 encode: Callable[[str], np.ndarray], config: BeamConfig | None = None):
+        self.ppr, self.fact_vectors, self.encode = ppr, fact_vectors, encode
+        self.config = config or BeamConfig()
+        entities = ppr.fact_entities
+        n_facts, n_entities = entities.shape
+        same_or_synonym = sp.identity(n_entities, format="csr") + binary_csr(*synonyms.nonzero(), (n_entities, n_entities))
+        self.linked_entities = (entities @ same_or_synonym).tocsr()  # facts x entities they connect through
+        self.facts_of_entity = entities.T.tocsr()
+        self.facts_of_passage = binary_csr(np.asarray(fact_passage), np.arange(n_facts), (ppr.n_passages, n_facts))
+
+    @classmethod
+    def from_index(cls, index, encode: Callable[[str], np.ndarray], config: BeamConfig | None = None) -> "BeamPathSearch":
+        ppr = PPRPassageSearch.from_index(index, encode)
+        return cls(ppr, index.synonyms, index.fact_vectors, index.fact_passage, encode, config)
+
+    def neighbours(self, fact: int) -> np.ndarray:
+        """Facts sharing an entity or a synonym with `fact` (itself included)."""
+        return (self.linked_entities[fact] @ self.facts_of_entity).indices
+
+    def paths(self, query_vector: np.ndarray, allowed: np.ndarray) -> list[tuple[tuple[int, ...], float]]:
+        """Every path the beam kept, with its score (step 2 of the class docstring)."""
+        config = self.config
+        allowed = np.unique(allowed)
+        cos = self.fact_vectors[allowed] @ query_vector
+        order = np.lexsort((allowed, -cos))[: config.start_facts]
+        starts = [((int(allowed[k]),), float(cos[k])) for k in order]
+        parallel = np.array([path[0] for path, _ in starts[: config.parallel_starts]], dtype=np.int64)
+        beam = starts[: config.beam_width]
+        kept, seen = list(beam), {frozenset(path) for path, _ in beam}
+        for _ in range(1, config.max_path_length):
+            grown = []
+            for path, _ in beam:
+                nexts = np.union1d(np.intersect1d(self.neighbours(path[-1]), allowed, assume_unique=True), parallel)
+                nexts = nexts[~np.isin(nexts, path)]
+                total = self.fact_vectors[list(path)].sum(axis=0) + self.fact_vectors[nexts]
+                scores = (total @ query_vector) / np.linalg.norm(total, axis=1)
+                for fact, score in zip(nexts.tolist(), scores.tolist()):
+                    key = frozenset(path + (fact,))
+                    if key not in seen:
+                        seen.add(key)
+                        grown.append((path + (fact,), score))
+            if not grown:
+                break
+            beam = sorted(grown, key=lambda item: (-item[1], item[0]))[: config.beam_width]
+            kept.extend(beam)
+        return kept
+
+    @staticmethod
+    def fact_scores(paths: list[tuple[tuple[int, ...], float]]) -> tuple[np.ndarray, np.ndarray]:
+        """Each fact's summed path scores, as (fact ids, scores) seeds for PPR."""
+        totals: dict[int, float] = {}
+        for path, score in paths:
+            for fact in path:
+                totals[fact] = totals.get(fact, 0.0) + score
+        ids = np.array(sorted(totals), dtype=np.int64)
+        return ids, np.array([totals[f] for f in ids.tolist()], dtype=np.float64)
+
+    def __call__(self, query: str) -> list[int]:
+        query_vector = np.asarray(self.encode(query), dtype=np.float32).ravel()
+        subgraph = self.ppr.ranked(query_vector)[: self.config.subgraph_passages]
+        allowed = self.facts_of_passage[subgraph].indices
+        if not len(allowed):
+            return subgraph[: self.config.depth].tolist()
+        seeds = self.fact_scores(self.paths(query_vector, allowed))
+        return self.ppr.ranked(query_vector, seeds)[: self.config.depth].tolist()

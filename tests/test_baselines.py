@@ -101,3 +101,51 @@ def test_bm25_scores_by_hand():
     ids, scores = search.retriever.retrieve(search.bm25s.tokenize(["who directed Jaws?"], stopwords="en", show_progress=False), k=3, show_progress=False)
     np.testing.assert_allclose(scores[0], expected, rtol=1e-5)
     assert search("who directed Jaws?") == [0, 1, 2]
+
+
+def beam_search(config):
+    """f0 (P0, names A) = (1, 0); f1 (P1, A and B) = (0.6, 0.8); f2 (P2, B) = (0, 1); f3 (P3, C) = (0.8, -0.6)."""
+    from experiments.baselines import BeamPathSearch
+
+    vectors = np.array([[1, 0], [0.6, 0.8], [0, 1], [0.8, -0.6]], dtype=np.float32)
+    fact_ids = np.arange(4)
+    ppr_search = PPRPassageSearch(
+        incidence([[0], [0, 1], [1], [2]], 3), sp.csr_matrix((3, 3)), fact_ids, 4, search({0: 1.0}),
+        np.zeros((4, 2), dtype=np.float32), lambda q: np.array([1.0, 0.0], dtype=np.float32), PPRConfig(passage_node_weight=0.0),
+    )
+    return BeamPathSearch(ppr_search, sp.csr_matrix((3, 3)), vectors, fact_ids, ppr_search.encode, config)
+
+
+def test_beam_search_keeps_the_paths_worked_out_by_hand():
+    from experiments.baselines import BeamConfig
+
+    beam = beam_search(BeamConfig(beam_width=2, max_path_length=2, parallel_starts=1, subgraph_passages=4))
+    paths = beam.paths(np.array([1.0, 0.0], dtype=np.float32), np.arange(4))
+    # One-fact paths by cosine: f0 1.0, f3 0.8 (the beam), f1 0.6, f2 0. Length 2: f0 reaches f1
+    # through A, mean (0.8, 0.4) -> cos 1.6 / sqrt(3.2) = 0.894427; f3 shares nothing, but may jump
+    # to the best start f0: mean (0.9, -0.3) -> cos 1.8 / sqrt(3.6) = 0.948683. f2 is never reached.
+    assert [path for path, _ in paths] == [(0,), (3,), (3, 0), (0, 1)]
+    np.testing.assert_allclose([score for _, score in paths], [1.0, 0.8, 0.948683, 0.894427], atol=1e-6)
+    ids, scores = beam.fact_scores(paths)
+    assert ids.tolist() == [0, 1, 3]
+    np.testing.assert_allclose(scores, [1.0 + 0.948683 + 0.894427, 0.894427, 0.8 + 0.948683], atol=1e-6)
+
+
+def test_beam_search_never_leaves_the_stage_one_subgraph_and_seeds_ppr_with_path_scores():
+    from experiments.baselines import BeamConfig
+
+    beam = beam_search(BeamConfig(beam_width=2, max_path_length=3, parallel_starts=1))
+    query = np.array([1.0, 0.0], dtype=np.float32)
+    paths = beam.paths(query, np.array([0, 1, 2]))  # f3 outside: f0 -> f1 -> f2 along A, then B
+    assert [path for path, _ in paths] == [(0,), (1,), (0, 1), (1, 2), (0, 1, 2)]
+    # By hand: starts f0 1.0, f1 0.6 (f2 0); f0 -> f1 (0.894427); f1 -> f2 (0.316228; f1 -> f0 is the
+    # same set as f0 -> f1); then f0 -> f1 -> f2 (1.6 / sqrt(5.8) = 0.664364).
+    np.testing.assert_allclose([score for _, score in paths], [1.0, 0.6, 0.894427, 0.316228, 0.664364], atol=1e-6)
+
+    # The ranking is PPR seeded by the path-scored facts (the hand example of the previous test).
+    beam.config = BeamConfig(beam_width=2, max_path_length=2, parallel_starts=1, subgraph_passages=4)
+    ids, scores = beam.fact_scores(beam.paths(query, np.arange(4)))
+    assert beam("q") == beam.ppr.ranked(query, (ids, scores)).tolist()
+    reset = beam.ppr.reset_vector(query, (ids, scores))
+    # entity A: f0 (2.843110) and f1 (0.894427), in 2 passages; B: f1, in 2; C: f3 (1.748683), in 1
+    np.testing.assert_allclose(reset[:3], [(2.843110 + 0.894427) / 2, 0.894427 / 2, 1.748683], atol=1e-5)
