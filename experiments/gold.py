@@ -1,18 +1,14 @@
-"""Retrieval with gold decompositions (no LM) and the two dense baselines beside it.
+"""Retrieval with gold decompositions (no LM): the pieces the harness composes.
 
-- `dense`: passages nearest to the question ("title\\ntext", exact cosine).
-- `dense-iterative`: the same passage search on each gold sub-question ("#k" filled with the
-  gold answers), per-hop rankings interleaved rank by rank. No graph: it isolates what the
-  hypergraph adds beyond the decomposition itself.
-- From the question alone (`experiments.baselines`): `bm25` over passages, and over the
-  hypergraph index `ppr`
-  (HippoRAG 2-style Personalized PageRank), `dense-facts` (passages of the nearest facts),
-  `hypergraphrag` (one-shot expansion from the nearest entities) and `hyperprove-fixed`, the
-  ablation: HyperProve's expansion on the fixed original question, with no carried frontier.
-- `hyperprove`: `HypergraphRetriever` hop by hop on the same sub-questions, carrying the
-  frontier F_t = F_{t-1} ∪ top-K. Passage ranking: each hop ranks passages by its scored
-  candidates (so its top-K facts' passages come first), and the hops are interleaved rank by
-  rank, de-duplicated (METHOD.md: interleaving beat hop-after-hop on Recall@2).
+- `gold_sub_queries`: MuSiQue's sub-questions with "#k" filled by the gold answers.
+- `DensePassageSearch`: passages nearest to a query ("title\ntext", exact cosine); on each gold
+  sub-question, hops interleaved rank by rank, it is `dense-iterative`: no graph, so it isolates
+  what the hypergraph adds beyond the decomposition itself.
+- `hyperprove_chain`: `HypergraphRetriever` hop by hop on the same sub-questions, carrying the
+  frontier F_t = F_{t-1} ∪ top-K. Each hop ranks passages by its scored candidates (so its top-K
+  facts' passages come first), and the hops are interleaved rank by rank, de-duplicated
+  (METHOD.md: interleaving beat hop-after-hop on Recall@2).
+- `evaluate_ranker`: Recall@k and timing of any ranking over a question set.
 """
 
 from __future__ import annotations
@@ -25,13 +21,9 @@ import numpy as np
 from experiments.data import Question
 from experiments.metrics import mean_percent, recall_at_k
 from modules.errors import HyperProveError
-from modules.retriever import HypergraphRetriever, RetrieverConfig, interleave_passages
+from modules.retriever import HypergraphRetriever, interleave_passages
 from modules.steps import fill_references
 from modules.vectors import VectorIndex
-
-QUESTION_ONLY = ("bm25", "ppr", "dense-facts", "hypergraphrag", "hyperprove-fixed")
-WITHOUT_INDEX = ("dense", "dense-iterative", "bm25")  # passage-level: no hypergraph index needed
-RETRIEVERS = ("dense", "dense-iterative", "hyperprove", *QUESTION_ONLY)
 
 
 def gold_sub_queries(question: Question) -> list[str]:
@@ -53,36 +45,6 @@ class DensePassageSearch:
         return [int(i) for i in ids[0] if i >= 0]
 
 
-def question_search(name: str, passages, index, encode: Callable[[str], np.ndarray], config: RetrieverConfig) -> Callable[[str], list[int]]:
-    """The question-only passage search `name` (over the hypergraph index, except `bm25`)."""
-    from experiments.baselines import BM25PassageSearch, DenseFactSearch, EntityExpansionSearch, PPRPassageSearch
-
-    if name == "bm25":
-        return BM25PassageSearch(passages)
-    if name == "ppr":
-        return PPRPassageSearch.from_index(index, encode)
-    if name == "dense-facts":
-        return DenseFactSearch(index.fact_index, index.fact_passage, encode)
-    if name == "hypergraphrag":
-        return EntityExpansionSearch.from_index(index, encode)
-    if name == "hyperprove-fixed":
-        retriever = index.retriever(config, encode)
-        return lambda query: retriever(query).passages
-    raise HyperProveError(f"no question-only search named {name!r} (available: {', '.join(QUESTION_ONLY)})")
-
-
-def rank_dense(question: Question, search: DensePassageSearch) -> list[int]:
-    return search(question.question)
-
-
-def rank_dense_iterative(question: Question, search: DensePassageSearch) -> list[int]:
-    return interleave_passages([search(q) for q in gold_sub_queries(question)])
-
-
-def rank_hyperprove(question: Question, retriever: HypergraphRetriever) -> list[int]:
-    return hyperprove_chain(question, retriever)[0]
-
-
 def hyperprove_chain(question: Question, retriever: HypergraphRetriever) -> tuple[list[int], list[dict]]:
     """Hop by hop on the gold sub-questions, carrying the frontier; returns passages and traces."""
     frontier: list[int] = []
@@ -96,24 +58,30 @@ def hyperprove_chain(question: Question, retriever: HypergraphRetriever) -> tupl
 
 
 def evaluate_ranker(
-    questions: Sequence[Question], rank: Callable[[Question], list[int]], ks: Sequence[int] = (2, 5), progress: str | None = None
+    questions: Sequence[Question], rank: Callable[[Question], tuple[list[int], list]], ks: Sequence[int] = (2, 5), progress: str | None = None
 ) -> tuple[dict, list[dict]]:
-    """Mean Recall@k over the questions with gold passages, and one row per question."""
+    """Mean Recall@k over the questions with gold passages, and one row per question.
+
+    `rank` gives the ranked passages and the evidence chain (per hop, whatever the system traces).
+    """
     from tqdm import tqdm
 
     rows = []
-    started = time.perf_counter()
     for question in tqdm(questions, desc=progress, unit="question", disable=progress is None):
         if not question.gold_passages:
             continue
-        ranked = rank(question)
-        row = {"id": question.id, "ranked_passages": ranked[: max(ks)], "gold_passages": list(question.gold_passages)}
+        started = time.perf_counter()
+        ranked, chain = rank(question)
+        seconds = time.perf_counter() - started
+        row = {"id": question.id, "question": question.question, "passages": list(ranked[: max(ks)]),
+               "gold_passages": list(question.gold_passages), "chain": chain, "seconds": round(seconds, 6)}
         row.update({f"recall@{k}": recall_at_k(ranked, question.gold_passages, k) for k in ks})
         rows.append(row)
     if not rows:
         raise HyperProveError("no question with gold passages to evaluate")
-    elapsed = time.perf_counter() - started
     summary = {"n": len(rows)}
     summary.update({f"recall@{k}": mean_percent(rows, f"recall@{k}") for k in ks})
-    summary["seconds_per_question"] = round(elapsed / len(rows), 4)
+    seconds = float(np.mean([row["seconds"] for row in rows]))
+    summary["seconds_per_question"] = round(seconds, 4)
+    summary["retrieval_ms_per_question"] = round(1000 * seconds, 2)
     return summary, rows

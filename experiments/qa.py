@@ -1,5 +1,5 @@
-"""Question answering end to end with an LM: the HyperProve program, and dense retrieval + the
-same reader as its baseline; EM, F1, Recall@k, LM calls and seconds per question.
+"""Question answering end to end with an LM: the HyperProve program, and any system's top
+passages + the same reader as its baseline; EM, F1, Recall@k, LM calls and seconds per question.
 
 One question never stops a batch: an exception is recorded in that question's row (its answer
 counts as wrong) and the run goes on.
@@ -20,8 +20,8 @@ from modules.facts import Passage
 from modules.steps import AnswerGenerator, evidence_line
 
 
-class DenseReader(dspy.Module):
-    """Baseline: the k passages nearest to the question, read by the program's final reader."""
+class PassageReader(dspy.Module):
+    """Baseline reader: a system's top-k passages for the question, read by the program's final reader."""
 
     def __init__(self, search: Callable[[str], list[int]], passages: Sequence[Passage], k: int = 5):
         super().__init__()
@@ -31,7 +31,9 @@ class DenseReader(dspy.Module):
     def forward(self, question: str) -> dspy.Prediction:
         from pipeline.program import LM_FAILURES
 
+        started = time.perf_counter()
         ranked = self.search(question)
+        retrieval_seconds = time.perf_counter() - started
         evidence = [evidence_line(self.passages[p].title, self.passages[p].text) for p in ranked[: self.k]]
         fallbacks = []
         try:
@@ -39,7 +41,7 @@ class DenseReader(dspy.Module):
         except LM_FAILURES as error:
             answer = ""
             fallbacks.append(f"final answer: {error}")
-        return dspy.Prediction(answer=answer, passages=ranked, chain=[], fallbacks=fallbacks)
+        return dspy.Prediction(answer=answer, passages=ranked, chain=[], fallbacks=fallbacks, retrieval_seconds=retrieval_seconds)
 
 
 def evaluate_program(
@@ -61,7 +63,8 @@ def evaluate_program(
         try:
             prediction = program(question.question)
             row.update(answer=prediction.answer, passages=list(prediction.passages)[: max(ks)],
-                       chain=prediction.chain, fallbacks=prediction.fallbacks)
+                       chain=prediction.chain, fallbacks=prediction.fallbacks,
+                       retrieval_seconds=round(float(prediction.get("retrieval_seconds", 0.0)), 6))
         except Exception as error:  # noqa: BLE001 - one question must not stop the batch
             row.update(answer="", passages=[], chain=[], fallbacks=[], error=f"{type(error).__name__}: {error}")
         golds = [question.answer, *question.answer_aliases]
@@ -82,6 +85,8 @@ def evaluate_program(
         summary.update({f"recall@{k}": mean_percent(with_gold, f"recall@{k}") for k in ks})
     summary["lm_calls_per_question"] = round(float(np.mean([r["lm_calls"] for r in rows])), 2)
     summary["seconds_per_question"] = round(float(np.mean([r["seconds"] for r in rows])), 2)
+    timed = [r["retrieval_seconds"] for r in rows if "retrieval_seconds" in r]
+    summary["retrieval_ms_per_question"] = round(1000 * float(np.mean(timed)), 2) if timed else None
     summary["errors"] = sum("error" in r for r in rows)
     summary["questions_with_fallbacks"] = sum(bool(r["fallbacks"]) for r in rows)
     return summary, rows

@@ -62,6 +62,9 @@ def _config(args: argparse.Namespace) -> HyperProveConfig:
         index={"extractor": flag("extractor"), "embedder": flag("embedder"), "eta": flag("eta")},
         lm={"model": flag("lm_model"), "threads": flag("lm_threads")},
         program={"max_hops": flag("max_hops")},
+        evaluation={k: flag(k) for k in ("questions", "corpus", "index", "retrievers", "decomposition", "read", "limit", "out")}
+        if args.command == "evaluate" else {},
+        tracking={"uri": flag("tracking_uri"), "enabled": flag("track")},
         cache_dir=flag("cache_dir"),
     )
 
@@ -131,20 +134,22 @@ def cmd_index(args: argparse.Namespace) -> dict:
 
 
 def cached_index(passages, config: HyperProveConfig, embedder, session: LMSession | None = None):
-    """The index of this corpus under this config, built once and kept in the cache dir."""
+    """The index of this corpus under this config, built once and kept in the cache dir; returns
+    the index and its directory (None when fallbacks kept it out of the cache)."""
     from pipeline.index import build_index, corpus_checksum, load_index, save_index
 
     extractor_id = config.index.extractor + (f"-{config.lm.id}" if config.index.extractor == "lm" else "")
     key = f"{corpus_checksum(passages)[:16]}-{extractor_id}-{config.index.embedder}-eta{config.index.eta}"
     directory = Path(config.cache_dir) / "indexes" / key.replace("/", "_")
     if (directory / "manifest.json").exists():
-        return load_index(directory, expect_embedder=config.index.embedder)
+        return load_index(directory, expect_embedder=config.index.embedder), directory
     extractor = _extractor(config, session)
     index = build_index(passages, config.index, embedder, progress=True, extractor=extractor)
     _report_extraction(extractor)
-    if extractor.report().get("fallbacks", 0) == 0:  # an index with fallbacks is rebuilt next time
-        save_index(index, directory)
-    return index
+    if extractor.report().get("fallbacks", 0):  # an index with fallbacks is rebuilt next time
+        return index, None
+    save_index(index, directory)
+    return index, directory
 
 
 def _program(index, config: HyperProveConfig, embedder, path: str | None):
@@ -216,7 +221,7 @@ def cmd_demo(args: argparse.Namespace) -> dict:
     print(f"demo: {len(passages)} passages ({DEMO_DIR / 'ATTRIBUTION.md'}), {len(questions)} questions, LM {config.lm.id}")
     session = LMSession(config)
     embedder = _embedder(config)
-    index = cached_index(passages, config, embedder, session)
+    index, _ = cached_index(passages, config, embedder, session)
     print(f"index: {index.counts()} ({time.perf_counter() - started:.0f} s)")
     program = _program(index, config, embedder, args.program)
     answers = []
@@ -235,88 +240,78 @@ def cmd_demo(args: argparse.Namespace) -> dict:
 
 def cmd_evaluate(args: argparse.Namespace) -> dict:
     from experiments.data import load_corpus, load_questions
-    from experiments.gold import (
-        QUESTION_ONLY, RETRIEVERS, WITHOUT_INDEX, DensePassageSearch, evaluate_ranker, question_search, rank_dense, rank_dense_iterative, rank_hyperprove,
-    )
-    from modules.vectors import VectorIndex
-    from pipeline.index import corpus_checksum, load_index
+    from experiments.harness import PASSAGE_LEVEL, Workbench, evaluate_systems, parse_systems, results_table, timestamp, write_results
+    from pipeline.files import atomic_write_json, read_json
+    from pipeline.index import load_index, read_manifest
 
-    if args.retriever not in RETRIEVERS:
-        raise HyperProveError(f"--retriever {args.retriever!r}: choose one of {', '.join(RETRIEVERS)}")
-    with_lm = args.decomposition == "lm"
-    if with_lm and args.retriever not in ("hyperprove", "dense"):
-        raise HyperProveError("--decomposition lm runs the full program (--retriever hyperprove) or dense retrieval + the same reader (--retriever dense)")
     config = _config(args)
-    passages = load_corpus(args.corpus)
-    questions = load_questions(args.questions, passages)
-    if args.limit is not None:
-        questions = questions[: args.limit]
+    run = config.evaluation
+    if not run.questions or not run.corpus:
+        raise HyperProveError("evaluate: give --questions and --corpus (or a --config with evaluation.questions and evaluation.corpus)")
+    names = parse_systems(run.retrievers)
+    with_lm = run.decomposition == "lm"
+    if run.read and not with_lm:
+        raise HyperProveError("--read hands passages to the LM reader: use it with --decomposition lm")
+    passages = load_corpus(run.corpus)
+    questions = load_questions(run.questions, passages)[: run.limit]
     embedder = _embedder(config)
     session = LMSession(config) if with_lm else None  # an index still to extract with the LM makes its own
-    if args.index:
-        index = load_index(args.index, expect_embedder=config.index.embedder)
-        if index.info["corpus_sha256"] != corpus_checksum(passages):
-            raise HyperProveError(f"{args.index}: built from another corpus than {args.corpus}")
-    else:
-        index = None
-    if args.retriever not in WITHOUT_INDEX:
-        index = index or cached_index(passages, config, embedder, session)
-    elif args.retriever != "bm25":
-        if index is not None:
-            passage_index = index.passage_index
-        else:
-            vectors = embedder.encode([p.titled_text for p in passages], progress="embed passages")
-            passage_index = VectorIndex.build(vectors, exact_max=config.index.exact_search_max)
-        search = DensePassageSearch(passage_index, embedder.encode_query)
-    embedder.load()  # now, so that seconds per question measure retrieval and reading only
+    index_directory: list[Path | None] = [None]
 
-    if with_lm:
-        from experiments.qa import DenseReader, evaluate_program
+    def load():
+        if run.index:
+            index = load_index(run.index, expect_embedder=config.index.embedder)
+            index_directory[0] = Path(run.index)
+            return index
+        index, index_directory[0] = cached_index(passages, config, embedder, session)
+        return index
 
-        if args.retriever == "hyperprove":
-            program = _program(index, config, embedder, args.program)
-        else:
-            program = DenseReader(search, passages)
-            if args.program:
-                _load_program(program, args.program)
-        summary, rows = evaluate_program(questions, program, session.calls, progress="evaluate")
-        result = {"retriever": args.retriever, "decomposition": "lm", "lm": session.id, **summary}
-        label = "hyperprove (full program)" if args.retriever == "hyperprove" else "dense + reader"
-        print(
-            f"{label} on {summary['n']} questions with {session.id}: EM {summary['em']:.2f}  F1 {summary['f1']:.2f}  "
-            f"Recall@2 {summary.get('recall@2', float('nan')):.2f}  Recall@5 {summary.get('recall@5', float('nan')):.2f}  "
-            f"({summary['lm_calls_per_question']:.1f} LM calls, {summary['seconds_per_question']:.1f} s per question; "
-            f"{summary['errors']} errors, {summary['questions_with_fallbacks']} with fallbacks)"
-        )
-    else:
-        if args.retriever == "hyperprove":
-            retriever = index.retriever(config.retriever, embedder.encode_query)
-            rank = lambda question: rank_hyperprove(question, retriever)  # noqa: E731
-        elif args.retriever in QUESTION_ONLY:
-            search = question_search(args.retriever, passages, index, embedder.encode_query, config.retriever)
-            rank = lambda question: search(question.question)  # noqa: E731
-        else:
-            ranker = rank_dense if args.retriever == "dense" else rank_dense_iterative
-            rank = lambda question: ranker(question, search)  # noqa: E731
-        summary, rows = evaluate_ranker(questions, rank, progress="evaluate")
-        result = {"retriever": args.retriever, **summary}
-        question_only = args.retriever == "dense" or args.retriever in QUESTION_ONLY
-        if not question_only:
-            result["decomposition"] = args.decomposition
-        label = args.retriever if question_only else f"{args.retriever} ({args.decomposition} decomposition)"
-        print(
-            f"{label} on {summary['n']} questions: "
-            f"Recall@2 {summary['recall@2']:.2f}  Recall@5 {summary['recall@5']:.2f}  "
-            f"({1000 * summary['seconds_per_question']:.1f} ms/question)"
-        )
-    if args.retriever in ("hyperprove", "hyperprove-fixed"):
-        result["config"] = config.retriever.to_dict()
-    if args.predictions:
-        from pipeline.files import atomic_write_json
+    def reader(module):
+        if args.program:
+            _load_program(module, args.program)
+        return module
 
-        atomic_write_json(args.predictions, {"summary": result, "questions": rows})
-        print(f"per-question predictions written to {args.predictions}")
-    return result
+    bench = Workbench(
+        passages, config, embedder, load,
+        make_program=(lambda index: _program(index, config, embedder, args.program)) if with_lm else None,
+        prepare_reader=reader,
+        needs_index=bool(run.index) or any(name not in PASSAGE_LEVEL for name in names),
+        index_label=f"{run.index} (for {run.corpus})" if run.index else "the cached index",
+    )
+    if bench.needs_index:
+        bench.index  # noqa: B018 - build or load it now, outside the per-question timing
+    embedder.load()
+    embedder.encode_query("warm-up")  # the first call pays one-off set-up costs, not a system
+    results = evaluate_systems(names, questions, bench, run.decomposition, run.read, session.calls if session else (lambda: 0))
+
+    dataset = Path(run.questions).resolve()
+    name = run.name or f"{dataset.parent.name}-{dataset.stem}-{run.decomposition}"
+    out = Path(run.out or Path(".hyperprove") / "results" / f"{name}-{timestamp()}")
+    from optimize.tracking import git_state
+
+    header = {
+        "name": name, "description": run.description, "questions": run.questions, "corpus": run.corpus,
+        "n_questions": len(questions), "decomposition": run.decomposition, "read": run.read,
+        "lm": session.id if session else None, "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        **git_state(Path(__file__).resolve().parents[1]), "config": config.to_dict(),
+    }
+    paths = write_results(out, header, results)
+    if "index" in bench.__dict__:
+        directory = index_directory[0]
+        manifest = read_manifest(directory) if directory else {"saved": False, **bench.index.info, "counts": bench.index.counts()}
+        paths["index_manifest"] = out / "index_manifest.json"
+        atomic_write_json(paths["index_manifest"], manifest)
+    print(results_table([r.summary for r in results.values()]), end="")
+    print(f"results, predictions and the index manifest in {out}/")
+    outcome = {"retrievers": {n: r.summary for n, r in results.items()}, "out": str(out), "mlflow_run": None}
+    if config.tracking.enabled:
+        from optimize.tracking import log_evaluation
+
+        tags = {"hyperprove.lm": session.id} if session else {}
+        outcome["mlflow_run"] = log_evaluation(config.tracking, config.to_dict(), outcome["retrievers"], paths, name, tags)
+        atomic_write_json(paths["results"], {**read_json(paths["results"], "results"), "mlflow_run": outcome["mlflow_run"]})
+        print(f"MLflow run {outcome['mlflow_run']} in {config.tracking.uri} (experiment {config.tracking.experiment!r}; `hyperprove ui` shows it)")
+    return outcome
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -341,21 +336,25 @@ def build_parser() -> argparse.ArgumentParser:
     _add_program_flags(demo)
     demo.set_defaults(run=cmd_demo)
 
-    evaluate = commands.add_parser("evaluate", help="Recall@2/@5 (and EM/F1 with an LM) on a question set")
-    evaluate.add_argument("--questions", required=True, help="questions JSON (project schema or HippoRAG's)")
-    evaluate.add_argument("--corpus", required=True, help="corpus JSON the questions refer to")
+    evaluate = commands.add_parser("evaluate", help="run retrievers on a question set: Recall@2/@5 (and EM/F1 with an LM), one MLflow run")
+    evaluate.add_argument("--questions", help="questions JSON (project schema or HippoRAG's)")
+    evaluate.add_argument("--corpus", help="corpus JSON the questions refer to")
     evaluate.add_argument("--index", help="index directory built from that corpus (default: built and cached)")
     evaluate.add_argument(
-        "--retriever", required=True,
-        help="dense | dense-iterative | hyperprove; from the question alone: bm25 | ppr (HippoRAG 2-style) | dense-facts | "
-             "hypergraphrag (one-shot entity expansion) | hyperprove-fixed (ablation: fixed question, no frontier)",
+        "--retriever", dest="retrievers",
+        help="comma-separated systems, run in one invocation over one index: dense | bm25 | ppr (HippoRAG 2-style) | "
+             "proprag (beam search over fact paths) | dense-facts | hypergraphrag (one-shot entity expansion) | "
+             "hyperprove-fixed (ablation) | dense-iterative | hyperprove (default: dense)",
     )
     evaluate.add_argument(
-        "--decomposition", choices=["gold", "lm"], default="gold",
-        help="gold: MuSiQue's sub-questions, retrieval only; lm: the full program with the LM (EM, F1, calls)",
+        "--decomposition", choices=["gold", "lm"],
+        help="gold (default): MuSiQue's sub-questions, retrieval only; lm: hyperprove runs the full program (EM, F1, LM calls)",
     )
+    evaluate.add_argument("--read", action="store_const", const=True, help="with --decomposition lm: every other system's top 5 passages go to the same reader")
     evaluate.add_argument("--limit", type=int, help="evaluate the first N questions only")
-    evaluate.add_argument("--predictions", help="write the summary and one row per question (answer, passages, chain) to this JSON file")
+    evaluate.add_argument("--out", help="results directory: results.md, results.json, predictions.json, index_manifest.json")
+    evaluate.add_argument("--tracking-uri", help="MLflow tracking store (default sqlite:///.hyperprove/mlflow.db)")
+    evaluate.add_argument("--no-track", action="store_const", const=False, dest="track", help="do not log an MLflow run")
     _add_config_flags(evaluate)
     _add_program_flags(evaluate)
     evaluate.set_defaults(run=cmd_evaluate)

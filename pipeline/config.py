@@ -1,6 +1,6 @@
 """The one configuration object: it flows from the command line or an experiment file into the
-index build, the retriever, the LM, the program and (later) the MLflow params. No module reads
-the environment."""
+index build, the retriever, the LM, the program, the evaluation and the MLflow params. No module
+reads the environment."""
 
 from __future__ import annotations
 
@@ -36,7 +36,44 @@ class IndexConfig:
             raise HyperProveError("index config: synonym_neighbors, exact_search_max and batch_size must be >= 1")
 
 
-_SECTIONS = {"retriever": RetrieverConfig, "index": IndexConfig, "lm": LMConfig, "program": ProgramConfig}
+@dataclass
+class EvaluationConfig:
+    """What `hyperprove evaluate` runs: which systems on which questions, and where results go."""
+
+    questions: str | None = None  # questions JSON
+    corpus: str | None = None  # corpus JSON the questions refer to
+    index: str | None = None  # index directory (default: built once and cached)
+    retrievers: list[str] = field(default_factory=lambda: ["dense"])
+    decomposition: str = "gold"  # "gold" (MuSiQue's sub-questions, no LM) or "lm" (the full program)
+    read: bool = False  # with the LM: every system's top 5 passages also go to the same reader
+    limit: int | None = None  # the first N questions
+    out: str | None = None  # results directory (default: .hyperprove/results/<questions>-<decomposition>-<time>)
+    name: str = ""  # the title of the results table and of the MLflow run
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if self.decomposition not in ("gold", "lm"):
+            raise HyperProveError(f"evaluation config: decomposition={self.decomposition!r} must be 'gold' or 'lm'")
+        if self.limit is not None and self.limit < 1:
+            raise HyperProveError(f"evaluation config: limit={self.limit!r} must be >= 1")
+        if isinstance(self.retrievers, str):
+            self.retrievers = [name.strip() for name in self.retrievers.split(",") if name.strip()]
+
+
+@dataclass
+class TrackingConfig:
+    """Where MLflow runs go: a SQLite store and an artifact folder under `.hyperprove` by default."""
+
+    uri: str = "sqlite:///.hyperprove/mlflow.db"
+    artifacts: str = ".hyperprove/mlartifacts"  # artifact root of experiments this project creates
+    experiment: str = "hyperprove"
+    enabled: bool = True
+
+
+_SECTIONS = {
+    "retriever": RetrieverConfig, "index": IndexConfig, "lm": LMConfig, "program": ProgramConfig,
+    "evaluation": EvaluationConfig, "tracking": TrackingConfig,
+}
 
 
 @dataclass
@@ -47,6 +84,8 @@ class HyperProveConfig:
     index: IndexConfig = field(default_factory=IndexConfig)
     lm: LMConfig = field(default_factory=LMConfig)
     program: ProgramConfig = field(default_factory=ProgramConfig)
+    evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
     cache_dir: str = ".hyperprove/cache"
 
     def to_dict(self) -> dict:

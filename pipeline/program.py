@@ -17,6 +17,7 @@ What the program decides where METHOD.md is silent:
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import dspy
@@ -68,6 +69,7 @@ class HyperProve(dspy.Module):
         answers: list[str] = []
         chain: list[dict] = []
         hop_passages: list[list[int]] = []
+        retrieval_seconds = 0.0
         for number, sub_question in enumerate(sub_questions, start=1):
             try:
                 query = self.rewrite(sub_question=sub_question, answers=answers).query
@@ -75,7 +77,9 @@ class HyperProve(dspy.Module):
                 query = fill_references(sub_question, answers)
                 fallbacks.append(f"rewrite {number}: {error}")
 
+            started = time.perf_counter()
             hop = self.retriever(query, frontier=frontier)
+            retrieval_seconds += time.perf_counter() - started
             top_k = [fact.id for fact in hop.facts]
             try:
                 reading = self.answer_hop(question=query, facts=hop.facts)
@@ -111,6 +115,7 @@ class HyperProve(dspy.Module):
             frontier=frontier,
             passages=interleave_passages(hop_passages),
             fallbacks=fallbacks,
+            retrieval_seconds=retrieval_seconds,
         )
 
     def frontier_lines(self, frontier: list[int]) -> list[str]:

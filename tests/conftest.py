@@ -75,6 +75,12 @@ class HashEmbedder:
     def encode_query(self, text: str) -> np.ndarray:
         return self.encode([text])[0]
 
+    def load(self) -> None:
+        """Nothing to load (the real embedder loads its model here)."""
+
+    def forget_queries(self) -> None:
+        """Nothing cached."""
+
 
 @pytest.fixture
 def hash_embedder() -> HashEmbedder:

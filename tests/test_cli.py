@@ -57,21 +57,58 @@ def test_bad_index_and_retriever_and_config(files, capsys):
     assert code == 2 and "alpha=7 is out of range" in err
 
 
+ALL_SYSTEMS = "dense,bm25,ppr,proprag,dense-facts,hypergraphrag,hyperprove-fixed,dense-iterative,hyperprove"
+
+
 @pytest.mark.slow
-def test_index_then_evaluate_with_the_packaged_embedder(files, capsys):
+def test_index_then_evaluate_every_system_in_one_tracked_run(files, capsys):
+    from mlflow.tracking import MlflowClient
+
     code, out, _ = run(capsys, "index", files / "corpus.json", "--out", files / "idx", "--cache-dir", files / "cache", "--json")
     assert code == 0
     assert json.loads(out.strip().splitlines()[-1])["passages"] == 5
-    results = {}
-    for name in ("dense", "dense-iterative", "hyperprove", "bm25", "ppr", "dense-facts", "hypergraphrag", "hyperprove-fixed"):
-        code, out, _ = run(capsys, "evaluate", "--questions", files / "questions.json", "--corpus", files / "corpus.json",
-                           "--index", files / "idx", "--retriever", name, "--top-k", 1, "--cache-dir", files / "cache", "--json")
-        assert code == 0
-        results[name] = json.loads(out.strip().splitlines()[-1])
-        assert {"retriever", "n", "recall@2", "recall@5"} <= set(results[name])
-    assert results["dense-iterative"]["recall@5"] == 100.0
-    assert results["hyperprove"]["recall@5"] == 100.0
-    assert results["hyperprove"]["config"]["top_k"] == 1
+    uri = f"sqlite:///{files}/mlflow.db"
+    code, out, _ = run(capsys, "evaluate", "--questions", files / "questions.json", "--corpus", files / "corpus.json",
+                       "--index", files / "idx", "--retriever", ALL_SYSTEMS, "--top-k", 1, "--cache-dir", files / "cache",
+                       "--out", files / "results", "--tracking-uri", uri, "--json")
+    assert code == 0
+    result = json.loads(out.strip().splitlines()[-1])
+    systems = result["retrievers"]
+    assert list(systems) == ALL_SYSTEMS.split(",")
+    assert all({"n", "recall@2", "recall@5", "seconds_per_question"} <= set(s) for s in systems.values())
+    assert systems["dense-iterative"]["recall@5"] == 100.0 and systems["hyperprove"]["recall@5"] == 100.0
+
+    results = files / "results"
+    assert "| proprag | 1 |" in (results / "results.md").read_text()
+    recorded = json.loads((results / "results.json").read_text())
+    assert recorded["config"]["retriever"]["top_k"] == 1 and recorded["systems"]["ppr"] == systems["ppr"]
+    predictions = json.loads((results / "predictions.json").read_text())
+    hops = predictions["hyperprove"][0]["chain"]
+    assert [hop["query"] for hop in hops] == ["Who directed Jaws?", "Who was the mother of Steven Spielberg?", "When did Leah Adler die?"]
+    manifest = json.loads((files / "idx" / "manifest.json").read_text())
+    assert json.loads((results / "index_manifest.json").read_text()) == manifest
+
+    client = MlflowClient(tracking_uri=uri)
+    tracked = client.get_run(result["mlflow_run"])
+    assert tracked.data.params["retriever.top_k"] == "1"
+    assert tracked.data.params["evaluation.retrievers"] == json.dumps(ALL_SYSTEMS.split(","))
+    assert tracked.data.metrics["hyperprove.recall_at_5"] == 100.0
+    assert tracked.data.metrics["ppr.recall_at_2"] == systems["ppr"]["recall@2"]
+    assert len(tracked.data.tags["git_commit"]) == 40
+    artifacts = {a.path for a in client.list_artifacts(tracked.info.run_id)}
+    assert artifacts == {"results.md", "results.json", "predictions.json", "index_manifest.json", "environment.json"}
+
+
+def test_evaluate_rejects_unknown_systems_and_gold_decomposition_without_one(files, capsys, tmp_path):
+    (tmp_path / "q.json").write_text(json.dumps([{**QUESTIONS[0], "decomposition": []}]))
+    code, _, err = run(capsys, "evaluate", "--questions", tmp_path / "q.json", "--corpus", files / "corpus.json",
+                       "--retriever", "dense,magic")
+    assert code == 2 and err.startswith("error: --retriever 'magic': choose from dense, bm25") and len(err.splitlines()) == 1
+    code, _, err = run(capsys, "evaluate", "--questions", tmp_path / "q.json", "--corpus", files / "corpus.json",
+                       "--retriever", "hyperprove", "--no-track")
+    assert code == 2 and "hyperprove with --decomposition gold needs gold sub-questions; question q1 has none" in err
+    code, _, err = run(capsys, "evaluate", "--corpus", files / "corpus.json", "--retriever", "dense")
+    assert code == 2 and "give --questions and --corpus" in err
 
 
 class ScriptedSession:
@@ -153,3 +190,48 @@ def test_an_lm_provider_failure_is_one_line(files, capsys, monkeypatch):
     code, _, err = run(capsys, "demo", "--lm", "openai/gpt-4o-mini", "--cache-dir", files / "cache")
     assert code == 2
     assert err == "error: the LM failed (AuthenticationError): litellm.AuthenticationError: OpenAIException - The api_key client option must be set\n"
+
+
+def test_evaluate_with_the_lm_runs_the_program_first_and_reads_every_system(files, capsys, scripted_cli, tmp_path):
+    question = QUESTIONS[0]["question"]
+    scripted_cli.answers = {
+        "`[[ ## sub_questions ## ]]`": {"sub_questions": ["Who directed Jaws?", "Who was the mother of #1?"]},
+        "[[ ## sub_question ## ]]": {"question": "Who was the mother of Steven Spielberg?"},
+        "[[ ## question ## ]]\nWho directed Jaws?\n": {"answer": "Steven Spielberg", "supporting": [1]},
+        "[[ ## question ## ]]\nWho was the mother of Steven Spielberg?\n": {"answer": "Leah Adler", "supporting": [1]},
+        f"[[ ## question ## ]]\n{question}": {"answer": "2017"},
+    }
+    code, out, _ = run(capsys, "evaluate", "--questions", files / "questions.json", "--corpus", files / "corpus.json",
+                       "--retriever", "dense-iterative,dense,hyperprove", "--decomposition", "lm", "--read",
+                       "--embedder", "test-hash", "--cache-dir", tmp_path / "cache", "--out", tmp_path / "results", "--no-track", "--json")
+    assert code == 0
+    result = json.loads(out.strip().splitlines()[-1])
+    systems = result["retrievers"]
+    assert list(systems) == ["dense-iterative", "dense", "hyperprove"] and result["mlflow_run"] is None
+    # hyperprove: decompose, one rewrite (hop 2 has a #1), two hop answers, the final answer
+    assert systems["hyperprove"]["lm_calls_per_question"] == 5 and systems["hyperprove"]["em"] == 100.0
+    assert systems["dense"]["lm_calls_per_question"] == 1 and systems["dense"]["em"] == 100.0
+    assert systems["dense-iterative"]["lm_calls_per_question"] == 1
+    predictions = json.loads((tmp_path / "results" / "predictions.json").read_text())
+    queries = [hop["query"] for hop in predictions["hyperprove"][0]["chain"]]
+    assert queries == ["Who directed Jaws?", "Who was the mother of Steven Spielberg?"]
+    # dense-iterative searched those two queries: its passages are their dense rankings interleaved
+    from experiments.gold import DensePassageSearch
+    from modules.retriever import interleave_passages
+    from modules.vectors import VectorIndex
+    from tests.conftest import HashEmbedder
+
+    embedder = HashEmbedder()
+    search = DensePassageSearch(VectorIndex.build(embedder.encode([f"{p['title']}\n{p['text']}" for p in CORPUS])), embedder.encode_query)
+    assert predictions["dense-iterative"][0]["passages"] == interleave_passages([search(q) for q in queries])[:5]
+    assert "| hyperprove | 1 | " in (tmp_path / "results" / "results.md").read_text()
+
+
+def test_evaluate_refuses_an_index_of_another_corpus(files, capsys, scripted_cli, tmp_path):
+    code, _, _ = run(capsys, "index", files / "corpus.json", "--out", files / "idx", "--embedder", "test-hash")
+    assert code == 0
+    (tmp_path / "other.json").write_text(json.dumps(CORPUS[:4]))
+    code, _, err = run(capsys, "evaluate", "--questions", files / "questions.json", "--corpus", tmp_path / "other.json",
+                       "--index", files / "idx", "--retriever", "ppr", "--embedder", "test-hash", "--no-track")
+    assert code == 2
+    assert err == f"error: {files / 'idx'} (for {tmp_path / 'other.json'}): built from another corpus than the one evaluated (corpus checksums differ)\n"

@@ -3,7 +3,8 @@
 import pytest
 
 from experiments.data import Question, Step
-from experiments.gold import DensePassageSearch, evaluate_ranker, gold_sub_queries, hyperprove_chain, rank_dense_iterative
+from experiments.gold import DensePassageSearch, evaluate_ranker, gold_sub_queries, hyperprove_chain
+from modules.retriever import interleave_passages
 from modules.steps import fill_references
 from modules.errors import HyperProveError
 from modules.facts import Passage
@@ -38,8 +39,8 @@ def test_no_decomposition_is_an_error():
 def test_dense_iterative_and_hyperprove_find_the_chain(hash_embedder):
     index = build_index(CORPUS, IndexConfig(), hash_embedder, progress=False)
     search = DensePassageSearch(index.passage_index, hash_embedder.encode_query)
-    summary, rows = evaluate_ranker([QUESTION], lambda q: rank_dense_iterative(q, search))
-    assert rows[0]["ranked_passages"][:3] == [0, 1, 2] and summary["recall@5"] == 100.0
+    summary, rows = evaluate_ranker([QUESTION], lambda q: (interleave_passages([search(s) for s in gold_sub_queries(q)]), []))
+    assert rows[0]["passages"][:3] == [0, 1, 2] and summary["recall@5"] == 100.0
     retriever = index.retriever(RetrieverConfig(top_k=1, n_seeds=2), hash_embedder.encode_query)
     passages, traces = hyperprove_chain(QUESTION, retriever)
     assert set(passages[:5]) >= {0, 1, 2}

@@ -1,0 +1,240 @@
+"""The evaluation harness: several systems on one question set in one run, sharing one corpus,
+one embedder, one index and one LM, under one evidence budget (the top 5 passages).
+
+Two settings:
+- `gold` (no LM): every system ranks passages; Recall@2/@5 and seconds per question. The
+  decomposed systems (`dense-iterative`, `hyperprove`) take MuSiQue's gold sub-questions.
+- `lm`: `hyperprove` is the full program (LM decomposition, rewriting, hop answers, final
+  answer); `dense-iterative` searches the program's own rewritten sub-queries, so the two
+  differ only in retrieval; the question-only systems rank from the question. With
+  `read=True` every system other than `hyperprove` also hands its top 5 passages to the
+  program's final reader, for EM/F1 under the same reader.
+
+Each system gives a summary (the table row) and one row per question (answer, ranked passages,
+evidence chain); `write_results` writes the table as markdown and JSON plus the predictions.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Callable, Sequence
+
+from experiments.data import Question
+from experiments.gold import DensePassageSearch, evaluate_ranker, gold_sub_queries, hyperprove_chain
+from modules.errors import HyperProveError
+from modules.retriever import interleave_passages
+
+# name -> what it is (the CLI help and the report print these)
+SYSTEMS = {
+    "dense": "passages nearest to the question (exact cosine)",
+    "bm25": "BM25 over passages (bm25s, Lucene variant)",
+    "ppr": "HippoRAG 2-style Personalized PageRank over entities and passages",
+    "proprag": "PropRAG-style beam search over fact paths, then PPR",
+    "dense-facts": "passages of the facts nearest to the question",
+    "hypergraphrag": "HyperGraphRAG-style one-shot expansion from matched entities",
+    "hyperprove-fixed": "ablation: HyperProve's expansion on the fixed question, no carried frontier",
+    "dense-iterative": "dense passages per sub-question, hops interleaved",
+    "hyperprove": "answer-guided hypergraph expansion hop by hop (the method)",
+}
+QUESTION_ONLY = ("bm25", "ppr", "proprag", "dense-facts", "hypergraphrag", "hyperprove-fixed")
+DECOMPOSED = ("dense-iterative", "hyperprove")
+PASSAGE_LEVEL = ("dense", "dense-iterative", "bm25")  # need no hypergraph index
+EVIDENCE_PASSAGES = 5  # what a reader sees, for every system
+
+
+def parse_systems(names: str | Sequence[str]) -> list[str]:
+    """"dense,ppr" or a list -> known names, de-duplicated, in the order given."""
+    listed = [n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)
+    listed = [n for n in dict.fromkeys(listed) if n]
+    if not listed:
+        raise HyperProveError("--retriever: name at least one system")
+    for name in listed:
+        if name not in SYSTEMS:
+            raise HyperProveError(f"--retriever {name!r}: choose from {', '.join(SYSTEMS)}")
+    return listed
+
+
+def run_order(names: Sequence[str], decomposition: str) -> list[str]:
+    """With the LM, `dense-iterative` reuses the program's sub-queries, so `hyperprove` runs first."""
+    if decomposition == "lm" and "dense-iterative" in names:
+        if "hyperprove" not in names:
+            raise HyperProveError("--decomposition lm: dense-iterative searches hyperprove's sub-queries; list hyperprove too")
+        return ["hyperprove", *[n for n in names if n != "hyperprove"]]
+    return list(names)
+
+
+class Workbench:
+    """What the systems of one run share, each built on first use: the index, the passage search,
+    the question-only searches; plus the embedder and (with the LM) the session and program."""
+
+    def __init__(self, passages, config, embedder, load_index: Callable[[], object], make_program: Callable[[object], object] | None = None,
+                 prepare_reader: Callable[[object], object] = lambda reader: reader, needs_index: bool = True,
+                 index_label: str = "the index"):
+        self.passages, self.config, self.embedder, self.index_label = passages, config, embedder, index_label
+        self._load_index, self._make_program, self._prepare_reader = load_index, make_program, prepare_reader
+        self.needs_index = needs_index
+
+    @cached_property
+    def index(self):
+        """The hypergraph index, checked to be built from this run's corpus."""
+        from pipeline.index import corpus_checksum
+
+        index = self._load_index()
+        if index.info.get("corpus_sha256") != corpus_checksum(self.passages):
+            raise HyperProveError(f"{self.index_label}: built from another corpus than the one evaluated (corpus checksums differ)")
+        return index
+
+    @cached_property
+    def dense(self) -> DensePassageSearch:
+        """Over the index's passage vectors when there is an index: one embedding pass per run."""
+        if self.needs_index:
+            passage_index = self.index.passage_index
+        else:
+            from modules.vectors import VectorIndex
+
+            vectors = self.embedder.encode([p.titled_text for p in self.passages], progress="embed passages")
+            passage_index = VectorIndex.build(vectors, exact_max=self.config.index.exact_search_max)
+        return DensePassageSearch(passage_index, self.embedder.encode_query)
+
+    def search(self, name: str) -> Callable[[str], list[int]]:
+        """The passage search of a question-only system (or `dense`)."""
+        if name == "dense":
+            return self.dense
+        if name == "bm25":
+            from experiments.baselines import BM25PassageSearch
+
+            return BM25PassageSearch(self.passages)
+        from experiments.baselines import BeamPathSearch, DenseFactSearch, EntityExpansionSearch, PPRPassageSearch
+
+        encode, index = self.embedder.encode_query, self.index
+        if name == "ppr":
+            return PPRPassageSearch.from_index(index, encode)
+        if name == "proprag":
+            return BeamPathSearch.from_index(index, encode)
+        if name == "dense-facts":
+            return DenseFactSearch(index.fact_index, index.fact_passage, encode)
+        if name == "hypergraphrag":
+            return EntityExpansionSearch.from_index(index, encode)
+        if name == "hyperprove-fixed":
+            retriever = index.retriever(self.config.retriever, encode)
+            return lambda query: retriever(query).passages
+        raise HyperProveError(f"{name!r} is not a question-only system")
+
+    def program(self):
+        if self._make_program is None:
+            raise HyperProveError("the full program needs an LM (--decomposition lm)")
+        return self._make_program(self.index)
+
+    def reader(self, search: Callable[[str], list[int]]):
+        """A system's top passages read by the program's final reader (compiled, when given)."""
+        from experiments.qa import PassageReader
+
+        return self._prepare_reader(PassageReader(search, self.passages, EVIDENCE_PASSAGES))
+
+
+@dataclass
+class SystemResult:
+    name: str
+    summary: dict
+    rows: list[dict] = field(default_factory=list)
+
+
+def evaluate_systems(
+    names: Sequence[str],
+    questions: Sequence[Question],
+    bench: Workbench,
+    decomposition: str = "gold",
+    read: bool = False,
+    count_calls: Callable[[], int] = lambda: 0,
+    progress: bool = True,
+) -> dict[str, SystemResult]:
+    """Run each system on the questions; results in the order the names were given."""
+    from experiments.qa import evaluate_program
+
+    if decomposition not in ("gold", "lm"):
+        raise HyperProveError(f"decomposition {decomposition!r}: choose gold or lm")
+    if decomposition == "gold":
+        for name in names:
+            if name in DECOMPOSED:
+                missing = [q.id for q in questions if not q.decomposition]
+                if missing:
+                    raise HyperProveError(
+                        f"{name} with --decomposition gold needs gold sub-questions; question {missing[0]} has none "
+                        "(only MuSiQue carries them: use --decomposition lm, or hyperprove-fixed)"
+                    )
+    results: dict[str, SystemResult] = {}
+    sub_queries: dict[str, list[str]] = {}
+    for name in run_order(names, decomposition):
+        label = name if progress else None
+        bench.embedder.forget_queries()  # each system's timing includes embedding its own queries
+        if name == "hyperprove" and decomposition == "lm":
+            summary, rows = evaluate_program(questions, bench.program(), count_calls, progress=label)
+            sub_queries = {row["question"]: [hop["query"] for hop in row["chain"]] or [row["question"]] for row in rows}
+        elif read and decomposition == "lm":
+            search = _iterative_search(bench.dense, sub_queries) if name == "dense-iterative" else bench.search(name)
+            summary, rows = evaluate_program(questions, bench.reader(search), count_calls, progress=label)
+        else:
+            summary, rows = evaluate_ranker(questions, _ranker(bench, name, decomposition, sub_queries), progress=label)
+        results[name] = SystemResult(name, {"system": name, **summary}, rows)
+    return {name: results[name] for name in names}
+
+
+def _iterative_search(dense: DensePassageSearch, sub_queries: dict[str, list[str]]) -> Callable[[str], list[int]]:
+    """Dense search on the sub-queries the program wrote for this question (keyed by its text)."""
+    return lambda question: interleave_passages([dense(q) for q in sub_queries.get(question, [question])])
+
+
+def _ranker(bench: Workbench, name: str, decomposition: str, sub_queries: dict[str, list[str]]):
+    """Question -> (ranked passages, evidence chain) for the retrieval-only setting."""
+    if name == "hyperprove":
+        retriever = bench.index.retriever(bench.config.retriever, bench.embedder.encode_query)
+        return lambda question: hyperprove_chain(question, retriever)
+    if name == "dense-iterative":
+        dense = bench.dense
+
+        def iterative(question: Question):
+            queries = gold_sub_queries(question) if decomposition == "gold" else sub_queries.get(question.question, [question.question])
+            return interleave_passages([dense(q) for q in queries]), [{"query": q} for q in queries]
+
+        return iterative
+    search = bench.search(name)
+    return lambda question: (search(question.question), [])
+
+
+# --- results -------------------------------------------------------------------------------------
+COLUMNS = (
+    ("recall@2", "R@2", "{:.2f}"), ("recall@5", "R@5", "{:.2f}"), ("em", "EM", "{:.2f}"), ("f1", "F1", "{:.2f}"),
+    ("lm_calls_per_question", "LM calls/q", "{:.2f}"), ("seconds_per_question", "s/q", "{:.4g}"),
+    ("retrieval_ms_per_question", "retrieval ms/q", "{:.1f}"),
+)
+
+
+def results_table(summaries: Sequence[dict]) -> str:
+    """A markdown table, one row per system; "–" where a metric does not apply."""
+    lines = ["| system | n | " + " | ".join(title for _, title, _ in COLUMNS) + " |", "|---|---:|" + "---:|" * len(COLUMNS)]
+    for summary in summaries:
+        cells = [fmt.format(summary[key]) if summary.get(key) is not None else "–" for key, _, fmt in COLUMNS]
+        lines.append(f"| {summary['system']} | {summary['n']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_results(directory: str | Path, header: dict, results: dict[str, SystemResult]) -> dict[str, Path]:
+    """results.md (the table), results.json (header + summaries), predictions.json (rows), atomically."""
+    from pipeline.files import atomic_write_bytes, atomic_write_json
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    summaries = [r.summary for r in results.values()]
+    title = f"# {header.get('name', 'evaluation')}\n\n{header.get('description', '')}\n\n".replace("\n\n\n", "\n\n")
+    paths = {"table": directory / "results.md", "results": directory / "results.json", "predictions": directory / "predictions.json"}
+    atomic_write_bytes(paths["table"], (title + results_table(summaries)).encode())
+    atomic_write_json(paths["results"], {**header, "systems": {r.name: r.summary for r in results.values()}})
+    atomic_write_json(paths["predictions"], {r.name: r.rows for r in results.values()})
+    return paths
+
+
+def timestamp() -> str:
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime())

@@ -1,0 +1,106 @@
+"""MLflow tracking: every `hyperprove evaluate` is one run holding what it takes to rerun it.
+
+- params: the full configuration, flattened ("retriever.alpha", "evaluation.questions", ...);
+- metrics: per system, "<system>.recall_at_5", "<system>.em", ...;
+- tags: the git commit (and whether the tree was dirty), the LM id, the command;
+- artifacts: the results table (markdown, JSON), the predictions, the index manifest and an
+  environment record (package versions, Python).
+
+The store is SQLite (MLflow 3 retired the file store) with artifacts in a folder beside it; both
+come from `TrackingConfig`, so a test or a shared server is one config value away.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import platform
+import subprocess
+from importlib import metadata
+from pathlib import Path
+
+from modules.errors import HyperProveError
+
+PACKAGES = ("dspy", "mlflow", "optuna", "faiss-cpu", "sentence-transformers", "torch", "numpy", "scipy", "xllamacpp", "bm25s")
+
+
+def flat_params(values: dict, prefix: str = "") -> dict[str, str]:
+    """Nested config -> {"section.field": "value"}; lists and None as JSON."""
+    flat: dict[str, str] = {}
+    for key, value in values.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flat_params(value, prefix=f"{name}."))
+        else:
+            flat[name] = value if isinstance(value, str) else json.dumps(value)
+    return flat
+
+
+def metric_name(system: str, key: str) -> str:
+    """MLflow metric names take no "@": recall@5 -> recall_at_5."""
+    return f"{system}.{key.replace('@', '_at_')}"
+
+
+def git_state(directory: Path) -> dict[str, str]:
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=directory, capture_output=True, text=True, timeout=10).stdout.strip()
+
+    try:
+        commit = git("rev-parse", "HEAD")
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    return {"git_commit": commit, "git_dirty": str(dirty).lower()} if commit else {}
+
+
+def environment() -> dict:
+    versions = {}
+    for package in PACKAGES:
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            continue
+    return {"python": platform.python_version(), "platform": platform.platform(), "packages": versions}
+
+
+def _experiment_id(mlflow, tracking) -> str:
+    experiment = mlflow.get_experiment_by_name(tracking.experiment)
+    if experiment is not None:
+        return experiment.experiment_id
+    return mlflow.create_experiment(tracking.experiment, artifact_location=Path(tracking.artifacts).resolve().as_uri())
+
+
+def connect(tracking):
+    """mlflow, pointed at the configured store (its folder created for a local SQLite path)."""
+    import mlflow
+
+    for name in ("mlflow", "alembic"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    if tracking.uri.startswith("sqlite:///"):
+        Path(tracking.uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+    mlflow.set_tracking_uri(tracking.uri)
+    return mlflow
+
+
+def log_evaluation(tracking, config: dict, systems: dict[str, dict], artifacts: dict[str, Path], run_name: str, tags: dict[str, str]) -> str:
+    """One MLflow run for one evaluation; returns its run id."""
+    mlflow = connect(tracking)
+    try:
+        experiment_id = _experiment_id(mlflow, tracking)
+    except Exception as error:  # noqa: BLE001 - any store failure is one line for the user
+        raise HyperProveError(f"tracking store {tracking.uri}: {type(error).__name__}: {error}") from None
+    repository = Path(__file__).resolve().parents[1]
+    with mlflow.start_run(experiment_id=experiment_id, run_name=run_name) as run:
+        mlflow.set_tags({"hyperprove.kind": "evaluate", **git_state(repository), **tags})
+        mlflow.log_params(flat_params(config))
+        metrics = {
+            metric_name(system, key): float(value)
+            for system, summary in systems.items()
+            for key, value in summary.items()
+            if isinstance(value, (int, float)) and not isinstance(value, bool)
+        }
+        mlflow.log_metrics(metrics)
+        for path in artifacts.values():
+            mlflow.log_artifact(str(path))
+        mlflow.log_dict(environment(), "environment.json")
+        return run.info.run_id
