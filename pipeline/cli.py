@@ -240,8 +240,7 @@ def cmd_demo(args: argparse.Namespace) -> dict:
 
 def cmd_evaluate(args: argparse.Namespace) -> dict:
     from experiments.data import load_corpus, load_questions
-    from experiments.harness import PASSAGE_LEVEL, Workbench, evaluate_systems, parse_systems, results_table, timestamp, write_results
-    from pipeline.files import atomic_write_json, read_json
+    from experiments.harness import PASSAGE_LEVEL, Workbench, evaluate_systems, parse_systems
     from pipeline.index import load_index, read_manifest
 
     config = _config(args)
@@ -256,14 +255,14 @@ def cmd_evaluate(args: argparse.Namespace) -> dict:
     questions = load_questions(run.questions, passages)[: run.limit]
     embedder = _embedder(config)
     session = LMSession(config) if with_lm else None  # an index still to extract with the LM makes its own
-    index_directory: list[Path | None] = [None]
+    index_directory: Path | None = None  # where the index used lives, for its manifest
 
     def load():
+        nonlocal index_directory
         if run.index:
-            index = load_index(run.index, expect_embedder=config.index.embedder)
-            index_directory[0] = Path(run.index)
-            return index
-        index, index_directory[0] = cached_index(passages, config, embedder, session)
+            index_directory = Path(run.index)
+            return load_index(run.index, expect_embedder=config.index.embedder)
+        index, index_directory = cached_index(passages, config, embedder, session)
         return index
 
     def reader(module):
@@ -283,31 +282,39 @@ def cmd_evaluate(args: argparse.Namespace) -> dict:
     embedder.load()
     embedder.encode_query("warm-up")  # the first call pays one-off set-up costs, not a system
     results = evaluate_systems(names, questions, bench, run.decomposition, run.read, session.calls if session else (lambda: 0))
+    index_manifest = None
+    if "index" in bench.__dict__:  # a system used the index
+        index_manifest = read_manifest(index_directory) if index_directory else {"saved": False, **bench.index.info, "counts": bench.index.counts()}
+    return _record_evaluation(config, results, len(questions), session.id if session else None, index_manifest)
 
+
+def _record_evaluation(config: HyperProveConfig, results: dict, n_questions: int, lm_id: str | None, index_manifest: dict | None) -> dict:
+    """Write the results folder, print the table, log the MLflow run; the `--json` object."""
+    from experiments.harness import results_table, timestamp, write_results
+    from optimize.tracking import git_state
+    from pipeline.files import atomic_write_json, read_json
+
+    run = config.evaluation
     dataset = Path(run.questions).resolve()
     name = run.name or f"{dataset.parent.name}-{dataset.stem}-{run.decomposition}"
     out = Path(run.out or Path(".hyperprove") / "results" / f"{name}-{timestamp()}")
-    from optimize.tracking import git_state
-
     header = {
         "name": name, "description": run.description, "questions": run.questions, "corpus": run.corpus,
-        "n_questions": len(questions), "decomposition": run.decomposition, "read": run.read,
-        "lm": session.id if session else None, "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "n_questions": n_questions, "decomposition": run.decomposition, "read": run.read, "lm": lm_id,
+        "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         **git_state(Path(__file__).resolve().parents[1]), "config": config.to_dict(),
     }
     paths = write_results(out, header, results)
-    if "index" in bench.__dict__:
-        directory = index_directory[0]
-        manifest = read_manifest(directory) if directory else {"saved": False, **bench.index.info, "counts": bench.index.counts()}
+    if index_manifest is not None:
         paths["index_manifest"] = out / "index_manifest.json"
-        atomic_write_json(paths["index_manifest"], manifest)
+        atomic_write_json(paths["index_manifest"], index_manifest)
     print(results_table([r.summary for r in results.values()]), end="")
     print(f"results, predictions and the index manifest in {out}/")
     outcome = {"retrievers": {n: r.summary for n, r in results.items()}, "out": str(out), "mlflow_run": None}
     if config.tracking.enabled:
         from optimize.tracking import log_evaluation
 
-        tags = {"hyperprove.lm": session.id} if session else {}
+        tags = {"hyperprove.lm": lm_id} if lm_id else {}
         outcome["mlflow_run"] = log_evaluation(config.tracking, config.to_dict(), outcome["retrievers"], paths, name, tags)
         atomic_write_json(paths["results"], {**read_json(paths["results"], "results"), "mlflow_run": outcome["mlflow_run"]})
         print(f"MLflow run {outcome['mlflow_run']} in {config.tracking.uri} (experiment {config.tracking.experiment!r}; `hyperprove ui` shows it)")
