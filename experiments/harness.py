@@ -67,8 +67,9 @@ def run_order(names: Sequence[str], decomposition: str) -> list[str]:
 
 
 class Workbench:
-    """What the systems of one run share, each built on first use: the index, the passage search,
-    the question-only searches; plus the embedder and (with the LM) the session and program."""
+    """What the systems of one run share: the corpus, the config, the embedder, and the index and
+    dense passage search, each built on first use; programs and readers come from factories the
+    caller supplies (the command line loads compiled prompts into them)."""
 
     def __init__(self, passages, config, embedder, load_index: Callable[[], object], make_program: Callable[[object], object] | None = None,
                  prepare_reader: Callable[[object], object] = lambda reader: reader, needs_index: bool = True,
