@@ -235,3 +235,13 @@ def test_evaluate_refuses_an_index_of_another_corpus(files, capsys, scripted_cli
                        "--index", files / "idx", "--retriever", "ppr", "--embedder", "test-hash", "--no-track")
     assert code == 2
     assert err == f"error: {files / 'idx'} (for {tmp_path / 'other.json'}): built from another corpus than the one evaluated (corpus checksums differ)\n"
+    # Without --read the baselines only rank: no reader calls, the same passages.
+    code, out, _ = run(capsys, "evaluate", "--questions", files / "questions.json", "--corpus", files / "corpus.json",
+                       "--retriever", "dense-iterative,hyperprove", "--decomposition", "lm",
+                       "--embedder", "test-hash", "--cache-dir", tmp_path / "cache", "--out", tmp_path / "ranked", "--no-track", "--json")
+    assert code == 0
+    ranked = json.loads(out.strip().splitlines()[-1])["retrievers"]["dense-iterative"]
+    assert "lm_calls_per_question" not in ranked and "em" not in ranked
+    rows = json.loads((tmp_path / "ranked" / "predictions.json").read_text())["dense-iterative"]
+    assert rows[0]["passages"] == predictions["dense-iterative"][0]["passages"]
+    assert rows[0]["chain"] == [{"query": q} for q in queries]
