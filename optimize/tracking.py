@@ -104,3 +104,19 @@ def log_evaluation(tracking, config: dict, systems: dict[str, dict], artifacts: 
             mlflow.log_artifact(str(path))
         mlflow.log_dict(environment(), "environment.json")
         return run.info.run_id
+
+
+def ui_command(tracking, host: str = "127.0.0.1", port: int = 5000) -> tuple[list[str], dict[str, str]]:
+    """The `mlflow server` command line (and its environment) for a lean UI over the store:
+    one worker, no job execution, bound to loopback unless told otherwise."""
+    import sys
+
+    if tracking.uri.startswith("sqlite:///"):
+        Path(tracking.uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+    command = [
+        sys.executable, "-m", "mlflow", "server",
+        "--backend-store-uri", tracking.uri,
+        "--default-artifact-root", Path(tracking.artifacts).resolve().as_uri(),
+        "--host", host, "--port", str(port), "--workers", "1",
+    ]
+    return command, {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}

@@ -321,6 +321,26 @@ def _record_evaluation(config: HyperProveConfig, results: dict, n_questions: int
     return outcome
 
 
+def cmd_ui(args: argparse.Namespace) -> dict:
+    import subprocess
+
+    from optimize.tracking import ui_command
+
+    config = _config(args)
+    command, env = ui_command(config.tracking, args.host, args.port)
+    url = f"http://{args.host}:{args.port}"
+    print(f"MLflow UI over {config.tracking.uri} at {url} (Ctrl-C stops it)", flush=True)
+    server = subprocess.Popen(command, env={**os.environ, **env})
+    try:
+        code = server.wait()
+    except KeyboardInterrupt:
+        server.terminate()
+        code = server.wait()
+    if code not in (0, -15, 130):
+        raise HyperProveError(f"the MLflow server exited with status {code} (is port {args.port} free?)")
+    return {"url": url, "tracking_uri": config.tracking.uri}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hyperprove", description="Answer-guided hypergraph expansion for multi-hop QA.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -365,6 +385,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_flags(evaluate)
     _add_program_flags(evaluate)
     evaluate.set_defaults(run=cmd_evaluate)
+
+    ui = commands.add_parser("ui", help="the MLflow UI over the project's tracking store (loopback, one worker)")
+    ui.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine only)")
+    ui.add_argument("--port", type=int, default=5000)
+    ui.add_argument("--tracking-uri", help="MLflow tracking store (default sqlite:///.hyperprove/mlflow.db)")
+    ui.add_argument("--config", help="experiment config file (JSON) whose tracking section to use")
+    ui.add_argument("--json", action="store_true", help="end with one JSON object")
+    ui.set_defaults(run=cmd_ui)
     return parser
 
 

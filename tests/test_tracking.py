@@ -1,6 +1,8 @@
-"""MLflow tracking: flat params, metric names, and one logged run read back."""
+"""MLflow tracking: flat params, metric names, one logged run read back, and the UI serving it."""
 
 import json
+
+import pytest
 
 from optimize.tracking import flat_params, log_evaluation, metric_name
 from pipeline.config import HyperProveConfig, TrackingConfig
@@ -29,3 +31,40 @@ def test_a_run_holds_config_metrics_and_artifacts(tmp_path):
     assert (tmp_path / "artifacts").is_dir() and run.info.artifact_uri.startswith((tmp_path / "artifacts").as_uri())
     env = json.loads((tmp_path / "artifacts" / run.info.artifact_uri.split("/artifacts/", 1)[1] / "environment.json").read_text())
     assert "dspy" in env["packages"]
+
+
+@pytest.mark.slow
+def test_the_ui_serves_the_runs_on_a_loopback_port(tmp_path):
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+    from pathlib import Path
+
+    from optimize.tracking import connect
+
+    tracking = TrackingConfig(uri=f"sqlite:///{tmp_path}/mlflow.db", artifacts=str(tmp_path / "artifacts"))
+    connect(tracking).create_experiment("served-here")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "pipeline.cli", "ui", "--tracking-uri", tracking.uri, "--port", str(port)],
+        cwd=Path(__file__).resolve().parents[1], start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline, names = time.monotonic() + 120, None
+        while names is None and time.monotonic() < deadline:
+            assert server.poll() is None, "the UI exited early"
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/2.0/mlflow/experiments/search?max_results=50", timeout=5) as reply:
+                    names = {experiment["name"] for experiment in json.load(reply)["experiments"]}
+            except OSError:
+                time.sleep(1)
+        assert names is not None and "served-here" in names
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
