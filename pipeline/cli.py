@@ -292,7 +292,7 @@ def _record_evaluation(config: HyperProveConfig, results: dict, n_questions: int
     """Write the results folder, print the table, log the MLflow run; the `--json` object."""
     from experiments.harness import results_table, timestamp, write_results
     from optimize.tracking import git_state
-    from pipeline.files import atomic_write_json, read_json
+    from pipeline.files import atomic_write_json, read_json, sha256_file
 
     run = config.evaluation
     dataset = Path(run.questions).resolve()
@@ -300,6 +300,7 @@ def _record_evaluation(config: HyperProveConfig, results: dict, n_questions: int
     out = Path(run.out or Path(".hyperprove") / "results" / f"{name}-{timestamp()}")
     header = {
         "name": name, "description": run.description, "questions": run.questions, "corpus": run.corpus,
+        "data_sha256": {"questions": sha256_file(run.questions), "corpus": sha256_file(run.corpus)},
         "n_questions": n_questions, "decomposition": run.decomposition, "read": run.read, "lm": lm_id,
         "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         **git_state(Path(__file__).resolve().parents[1]), "config": config.to_dict(),

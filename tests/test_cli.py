@@ -1,5 +1,6 @@
 """The command line: one-line errors on bad input, and a smoke run with the real embedder."""
 
+import hashlib
 import json
 
 import pytest
@@ -82,6 +83,8 @@ def test_index_then_evaluate_every_system_in_one_tracked_run(files, capsys):
     assert "| proprag | 1 |" in (results / "results.md").read_text()
     recorded = json.loads((results / "results.json").read_text())
     assert recorded["config"]["retriever"]["top_k"] == 1 and recorded["systems"]["ppr"] == systems["ppr"]
+    assert recorded["data_sha256"]["corpus"] == hashlib.sha256((files / "corpus.json").read_bytes()).hexdigest()
+    assert recorded["mlflow_run"] == result["mlflow_run"]
     predictions = json.loads((results / "predictions.json").read_text())
     hops = predictions["hyperprove"][0]["chain"]
     assert [hop["query"] for hop in hops] == ["Who directed Jaws?", "Who was the mother of Steven Spielberg?", "When did Leah Adler die?"]
