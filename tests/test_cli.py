@@ -228,16 +228,6 @@ def test_evaluate_with_the_lm_runs_the_program_first_and_reads_every_system(file
     search = DensePassageSearch(VectorIndex.build(embedder.encode([f"{p['title']}\n{p['text']}" for p in CORPUS])), embedder.encode_query)
     assert predictions["dense-iterative"][0]["passages"] == interleave_passages([search(q) for q in queries])[:5]
     assert "| hyperprove | 1 | " in (tmp_path / "results" / "results.md").read_text()
-
-
-def test_evaluate_refuses_an_index_of_another_corpus(files, capsys, scripted_cli, tmp_path):
-    code, _, _ = run(capsys, "index", files / "corpus.json", "--out", files / "idx", "--embedder", "test-hash")
-    assert code == 0
-    (tmp_path / "other.json").write_text(json.dumps(CORPUS[:4]))
-    code, _, err = run(capsys, "evaluate", "--questions", files / "questions.json", "--corpus", tmp_path / "other.json",
-                       "--index", files / "idx", "--retriever", "ppr", "--embedder", "test-hash", "--no-track")
-    assert code == 2
-    assert err == f"error: {files / 'idx'} (for {tmp_path / 'other.json'}): built from another corpus than the one evaluated (corpus checksums differ)\n"
     # Without --read the baselines only rank: no reader calls, the same passages.
     code, out, _ = run(capsys, "evaluate", "--questions", files / "questions.json", "--corpus", files / "corpus.json",
                        "--retriever", "dense-iterative,hyperprove", "--decomposition", "lm",
@@ -248,3 +238,13 @@ def test_evaluate_refuses_an_index_of_another_corpus(files, capsys, scripted_cli
     rows = json.loads((tmp_path / "ranked" / "predictions.json").read_text())["dense-iterative"]
     assert rows[0]["passages"] == predictions["dense-iterative"][0]["passages"]
     assert rows[0]["chain"] == [{"query": q} for q in queries]
+
+
+def test_evaluate_refuses_an_index_of_another_corpus(files, capsys, scripted_cli, tmp_path):
+    code, _, _ = run(capsys, "index", files / "corpus.json", "--out", files / "idx", "--embedder", "test-hash")
+    assert code == 0
+    (tmp_path / "other.json").write_text(json.dumps(CORPUS[:4]))
+    code, _, err = run(capsys, "evaluate", "--questions", files / "questions.json", "--corpus", tmp_path / "other.json",
+                       "--index", files / "idx", "--retriever", "ppr", "--embedder", "test-hash", "--no-track")
+    assert code == 2
+    assert err == f"error: {files / 'idx'} (for {tmp_path / 'other.json'}): built from another corpus than the one evaluated (corpus checksums differ)\n"
