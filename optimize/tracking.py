@@ -120,3 +120,54 @@ def ui_command(tracking, host: str = "127.0.0.1", port: int = 5000) -> tuple[lis
         "--host", host, "--port", str(port), "--workers", "1",
     ]
     return command, {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+
+
+# --- reproducing a run ---------------------------------------------------------------------------
+TIMING = ("seconds_per_question", "retrieval_ms_per_question")  # wall-clock: reported, never compared
+
+
+def recorded_evaluation(tracking, run_id: str) -> dict:
+    """The results.json and index_manifest.json an evaluate run logged (the manifest may be None)."""
+    import tempfile
+
+    connect(tracking)
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking.uri)
+    try:
+        run = client.get_run(run_id)
+    except MlflowException:
+        raise HyperProveError(f"run {run_id}: not in the tracking store {tracking.uri}") from None
+    if run.data.tags.get("hyperprove.kind") != "evaluate":
+        raise HyperProveError(f"run {run_id}: not a `hyperprove evaluate` run")
+    with tempfile.TemporaryDirectory() as scratch:
+        names = {artifact.path for artifact in client.list_artifacts(run_id)}
+        if "results.json" not in names:
+            raise HyperProveError(f"run {run_id}: its results.json artifact is missing")
+        recorded = {}
+        for key, name in (("results", "results.json"), ("index_manifest", "index_manifest.json")):
+            recorded[key] = json.loads(Path(client.download_artifacts(run_id, name, scratch)).read_text()) if name in names else None
+    recorded["tags"] = dict(run.data.tags)
+    return recorded
+
+
+def same_index(recorded: dict | None, current: dict | None) -> bool:
+    """Same files (by sha256) for a saved index; same corpus and counts for one built in memory."""
+    if recorded is None or current is None:
+        return recorded is current
+    if "files" in recorded and "files" in current:
+        return recorded["files"] == current["files"]
+    return all(recorded.get(k) == current.get(k) for k in ("corpus_sha256", "counts", "extractor", "embedder"))
+
+
+def metric_deltas(recorded: dict[str, dict], current: dict[str, dict]) -> dict[str, dict[str, float]]:
+    """Per system, new minus recorded for every compared metric (timings left out)."""
+    deltas: dict[str, dict[str, float]] = {}
+    for system, summary in recorded.items():
+        now = current.get(system, {})
+        for key, value in summary.items():
+            if key in TIMING or isinstance(value, bool) or not isinstance(value, (int, float)):
+                continue
+            deltas.setdefault(system, {})[key] = round(float(now.get(key, float("nan"))) - float(value), 6)
+    return deltas

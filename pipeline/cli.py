@@ -12,19 +12,22 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 from modules.errors import HyperProveError
 from pipeline.config import HyperProveConfig
 
 
 DEMO_DIR = Path(__file__).resolve().parents[1] / "experiments" / "demo"
-# Third-party libraries that would otherwise reach for the network at import or first use.
-OFFLINE_DEFAULTS = {
+# Third-party settings the command line fixes for every command: no reaching for the network at
+# import or first use, and no progress bars of MLflow's own between ours.
+LIBRARY_DEFAULTS = {
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
     "LITELLM_LOCAL_MODEL_COST_MAP": "True",
     "TOKENIZERS_PARALLELISM": "false",
     "MLFLOW_ENABLE_ASYNC_TRACE_LOGGING": "false",
+    "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
 }
 
 
@@ -55,7 +58,8 @@ def _add_program_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _config(args: argparse.Namespace) -> HyperProveConfig:
-    base = HyperProveConfig.from_file(args.config) if args.config else HyperProveConfig()
+    path = getattr(args, "config", None)
+    base = HyperProveConfig.from_file(path) if path else HyperProveConfig()
     flag = lambda name: getattr(args, name, None)  # noqa: E731
     return base.with_overrides(
         retriever={k: flag(k) for k in ("alpha", "theta", "depth", "top_k", "n_seeds", "subgraph_bound")},
@@ -239,11 +243,16 @@ def cmd_demo(args: argparse.Namespace) -> dict:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> dict:
+    return run_evaluation(_config(args), args.program)
+
+
+def run_evaluation(config: HyperProveConfig, program_path: str | None = None, tags: dict | None = None,
+                   check_index: Callable[[dict | None], None] | None = None) -> dict:
+    """Evaluate the configured systems; `check_index` sees the index manifest before any question."""
     from experiments.data import load_corpus, load_questions
     from experiments.harness import PASSAGE_LEVEL, Workbench, evaluate_systems, parse_systems
     from pipeline.index import load_index, read_manifest
 
-    config = _config(args)
     run = config.evaluation
     if not run.questions or not run.corpus:
         raise HyperProveError("evaluate: give --questions and --corpus (or a --config with evaluation.questions and evaluation.corpus)")
@@ -266,29 +275,31 @@ def cmd_evaluate(args: argparse.Namespace) -> dict:
         return index
 
     def reader(module):
-        if args.program:
-            _load_program(module, args.program)
+        if program_path:
+            _load_program(module, program_path)
         return module
 
     bench = Workbench(
         passages, config, embedder, load,
-        make_program=(lambda index: _program(index, config, embedder, args.program)) if with_lm else None,
+        make_program=(lambda index: _program(index, config, embedder, program_path)) if with_lm else None,
         prepare_reader=reader,
         needs_index=bool(run.index) or any(name not in PASSAGE_LEVEL for name in names),
         index_label=f"{run.index} (for {run.corpus})" if run.index else "the cached index",
     )
-    if bench.needs_index:
-        bench.index  # noqa: B018 - build or load it now, outside the per-question timing
+    index_manifest = None
+    if bench.needs_index:  # build or load it now, outside the per-question timing
+        index = bench.index
+        index_manifest = read_manifest(index_directory) if index_directory else {"saved": False, **index.info, "counts": index.counts()}
+    if check_index is not None:
+        check_index(index_manifest)
     embedder.load()
     embedder.encode_query("warm-up")  # the first call pays one-off set-up costs, not a system
     results = evaluate_systems(names, questions, bench, run.decomposition, run.read, session.calls if session else (lambda: 0))
-    index_manifest = None
-    if "index" in bench.__dict__:  # a system used the index
-        index_manifest = read_manifest(index_directory) if index_directory else {"saved": False, **bench.index.info, "counts": bench.index.counts()}
-    return _record_evaluation(config, results, len(questions), session.id if session else None, index_manifest)
+    return _record_evaluation(config, results, len(questions), session.id if session else None, index_manifest, tags or {})
 
 
-def _record_evaluation(config: HyperProveConfig, results: dict, n_questions: int, lm_id: str | None, index_manifest: dict | None) -> dict:
+def _record_evaluation(config: HyperProveConfig, results: dict, n_questions: int, lm_id: str | None, index_manifest: dict | None,
+                       tags: dict) -> dict:
     """Write the results folder, print the table, log the MLflow run; the `--json` object."""
     from experiments.harness import results_table, timestamp, write_results
     from optimize.tracking import git_state
@@ -315,11 +326,52 @@ def _record_evaluation(config: HyperProveConfig, results: dict, n_questions: int
     if config.tracking.enabled:
         from optimize.tracking import log_evaluation
 
-        tags = {"hyperprove.lm": lm_id} if lm_id else {}
+        tags = {**tags, "hyperprove.lm": lm_id} if lm_id else tags
         outcome["mlflow_run"] = log_evaluation(config.tracking, config.to_dict(), outcome["retrievers"], paths, name, tags)
         atomic_write_json(paths["results"], {**read_json(paths["results"], "results"), "mlflow_run": outcome["mlflow_run"]})
         print(f"MLflow run {outcome['mlflow_run']} in {config.tracking.uri} (experiment {config.tracking.experiment!r}; `hyperprove ui` shows it)")
     return outcome
+
+
+def cmd_reproduce(args: argparse.Namespace) -> dict:
+    from optimize.tracking import TIMING, metric_deltas, recorded_evaluation, same_index
+    from pipeline.files import sha256_file
+
+    tracking = _config(args).tracking
+    recorded = recorded_evaluation(tracking, args.run_id)
+    results = recorded["results"]
+    config = HyperProveConfig.from_dict(results["config"], source=f"run {args.run_id}")
+    run = config.evaluation
+    name = f"{results.get('name') or 'evaluation'}-reproduce"
+    out = args.out or str(Path(".hyperprove") / "results" / f"{name}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}")
+    config = config.with_overrides(evaluation={"out": out, "name": name}, tracking={"uri": tracking.uri}, cache_dir=args.cache_dir)
+    for kind in ("questions", "corpus"):
+        path = getattr(run, kind)
+        if not Path(path).is_file():
+            raise HyperProveError(f"{path}: the {kind} file of run {args.run_id} is not here")
+        if sha256_file(path) != results.get("data_sha256", {}).get(kind):
+            raise HyperProveError(f"{path}: differs from the {kind} run {args.run_id} was evaluated on (sha256 mismatch); not reproducing")
+    if results.get("git_commit"):
+        from optimize.tracking import git_state
+
+        now = git_state(Path(__file__).resolve().parents[1]).get("git_commit")
+        if now != results["git_commit"]:
+            print(f"note: run {args.run_id} was made at commit {results['git_commit'][:10]}, this is {str(now)[:10]}")
+
+    def check_index(manifest):
+        if not same_index(recorded["index_manifest"], manifest):
+            raise HyperProveError(f"the index differs from the one run {args.run_id} used (index manifest checksums); not reproducing")
+
+    outcome = run_evaluation(config, tags={"hyperprove.reproduces": args.run_id}, check_index=check_index)
+    deltas = metric_deltas(results["systems"], outcome["retrievers"])
+    changed = {system: {k: d for k, d in values.items() if d != 0} for system, values in deltas.items()}
+    changed = {system: values for system, values in changed.items() if values}
+    if changed:
+        for system, values in changed.items():
+            print(f"{system}: " + ", ".join(f"{key} {delta:+.4g}" for key, delta in values.items()))
+    else:
+        print(f"reproduced run {args.run_id}: every metric identical ({', '.join(TIMING)} are wall-clock and not compared)")
+    return {"run": args.run_id, "reproduction": outcome["mlflow_run"], "out": outcome["out"], "identical": not changed, "deltas": deltas}
 
 
 def cmd_ui(args: argparse.Namespace) -> dict:
@@ -387,6 +439,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_program_flags(evaluate)
     evaluate.set_defaults(run=cmd_evaluate)
 
+    reproduce = commands.add_parser("reproduce", help="rerun a tracked evaluate run from its record and print the metric deltas")
+    reproduce.add_argument("run_id", help="MLflow run id (printed by `hyperprove evaluate`, listed by `hyperprove ui`)")
+    reproduce.add_argument("--tracking-uri", help="MLflow tracking store (default sqlite:///.hyperprove/mlflow.db)")
+    reproduce.add_argument("--cache-dir", help="cache dir to use instead of the recorded one (the LM cache makes a rerun exact)")
+    reproduce.add_argument("--out", help="results directory of the reproduction")
+    reproduce.add_argument("--json", action="store_true", help="end with one JSON object")
+    reproduce.set_defaults(run=cmd_reproduce)
+
     ui = commands.add_parser("ui", help="the MLflow UI over the project's tracking store (loopback, one worker)")
     ui.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine only)")
     ui.add_argument("--port", type=int, default=5000)
@@ -398,7 +458,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    for name, value in OFFLINE_DEFAULTS.items():
+    for name, value in LIBRARY_DEFAULTS.items():
         os.environ.setdefault(name, value)
     args = build_parser().parse_args(argv)
     try:

@@ -248,3 +248,39 @@ def test_evaluate_refuses_an_index_of_another_corpus(files, capsys, scripted_cli
                        "--index", files / "idx", "--retriever", "ppr", "--embedder", "test-hash", "--no-track")
     assert code == 2
     assert err == f"error: {files / 'idx'} (for {tmp_path / 'other.json'}): built from another corpus than the one evaluated (corpus checksums differ)\n"
+
+
+def test_reproduce_reruns_a_tracked_run_and_refuses_changed_data(files, capsys, scripted_cli, tmp_path):
+    question = QUESTIONS[0]["question"]
+    scripted_cli.answers = {
+        "`[[ ## sub_questions ## ]]`": {"sub_questions": ["Who directed Jaws?", "Who was the mother of #1?"]},
+        "[[ ## sub_question ## ]]": {"question": "Who was the mother of Steven Spielberg?"},
+        "[[ ## question ## ]]\nWho directed Jaws?\n": {"answer": "Steven Spielberg", "supporting": [1]},
+        "[[ ## question ## ]]\nWho was the mother of Steven Spielberg?\n": {"answer": "Leah Adler", "supporting": [1]},
+        f"[[ ## question ## ]]\n{question}": {"answer": "Leah Adler"},  # wrong on purpose: EM 0, F1 0
+    }
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    code, out, _ = run(capsys, "evaluate", "--questions", files / "questions.json", "--corpus", files / "corpus.json",
+                       "--retriever", "hyperprove,dense,ppr", "--decomposition", "lm", "--embedder", "test-hash",
+                       "--cache-dir", tmp_path / "cache", "--out", tmp_path / "first", "--tracking-uri", uri, "--json")
+    assert code == 0
+    first = json.loads(out.strip().splitlines()[-1])
+    code, out, _ = run(capsys, "reproduce", first["mlflow_run"], "--tracking-uri", uri, "--out", tmp_path / "again", "--json")
+    assert code == 0
+    again = json.loads(out.strip().splitlines()[-1])
+    assert again["identical"] is True and again["reproduction"] != first["mlflow_run"]
+    assert again["deltas"]["hyperprove"] == {"n": 0.0, "em": 0.0, "f1": 0.0, "recall@2": 0.0, "recall@5": 0.0,
+                                             "lm_calls_per_question": 0.0, "errors": 0.0, "questions_with_fallbacks": 0.0}
+    from mlflow.tracking import MlflowClient
+
+    assert MlflowClient(tracking_uri=uri).get_run(again["reproduction"]).data.tags["hyperprove.reproduces"] == first["mlflow_run"]
+
+    # A different answer would show as a delta; changed data is refused before anything runs.
+    changed = [dict(p) for p in CORPUS]
+    changed[4]["text"] += " It is long."
+    (files / "corpus.json").write_text(json.dumps(changed))
+    code, _, err = run(capsys, "reproduce", first["mlflow_run"], "--tracking-uri", uri)
+    assert code == 2
+    assert err == f"error: {files / 'corpus.json'}: differs from the corpus run {first['mlflow_run']} was evaluated on (sha256 mismatch); not reproducing\n"
+    code, _, err = run(capsys, "reproduce", "0" * 32, "--tracking-uri", uri)
+    assert code == 2 and err == f"error: run {'0' * 32}: not in the tracking store {uri}\n"

@@ -68,3 +68,16 @@ def test_the_ui_serves_the_runs_on_a_loopback_port(tmp_path):
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)
+
+
+def test_same_index_and_metric_deltas():
+    from optimize.tracking import same_index, metric_deltas
+
+    saved = {"files": {"facts.jsonl": {"sha256": "a"}}, "counts": {"facts": 3}}
+    assert same_index(saved, {"files": {"facts.jsonl": {"sha256": "a"}}, "counts": {"facts": 9}})
+    assert not same_index(saved, {"files": {"facts.jsonl": {"sha256": "b"}}})
+    in_memory = {"saved": False, "corpus_sha256": "c", "counts": {"facts": 3}, "extractor": {"name": "lm"}, "embedder": {"id": "e"}}
+    assert same_index(in_memory, dict(in_memory)) and not same_index(in_memory, {**in_memory, "counts": {"facts": 4}})
+    assert same_index(None, None) and not same_index(None, saved)
+    recorded = {"ppr": {"system": "ppr", "n": 60, "recall@5": 59.72, "seconds_per_question": 0.02}}
+    assert metric_deltas(recorded, {"ppr": {"n": 60, "recall@5": 60.0, "seconds_per_question": 0.5}}) == {"ppr": {"n": 0.0, "recall@5": 0.28}}
