@@ -63,7 +63,7 @@ def environment() -> dict:
     return {"python": platform.python_version(), "platform": platform.platform(), "packages": versions}
 
 
-def _experiment_id(mlflow, tracking) -> str:
+def experiment_id(mlflow, tracking) -> str:
     experiment = mlflow.get_experiment_by_name(tracking.experiment)
     if experiment is not None:
         return experiment.experiment_id
@@ -86,11 +86,11 @@ def log_evaluation(tracking, config: dict, systems: dict[str, dict], artifacts: 
     """One MLflow run for one evaluation; returns its run id."""
     mlflow = connect(tracking)
     try:
-        experiment_id = _experiment_id(mlflow, tracking)
+        experiment = experiment_id(mlflow, tracking)
     except Exception as error:  # noqa: BLE001 - any store failure is one line for the user
         raise HyperProveError(f"tracking store {tracking.uri}: {type(error).__name__}: {error}") from None
     repository = Path(__file__).resolve().parents[1]
-    with mlflow.start_run(experiment_id=experiment_id, run_name=run_name) as run:
+    with mlflow.start_run(experiment_id=experiment, run_name=run_name) as run:
         mlflow.set_tags({"hyperprove.kind": "evaluate", **git_state(repository), **tags})
         mlflow.log_params(flat_params(config))
         metrics = {

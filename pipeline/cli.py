@@ -67,7 +67,8 @@ def _config(args: argparse.Namespace) -> HyperProveConfig:
         lm={"model": flag("lm_model"), "threads": flag("lm_threads")},
         program={"max_hops": flag("max_hops")},
         evaluation={k: flag(k) for k in ("questions", "corpus", "index", "retrievers", "decomposition", "read", "limit", "out")}
-        if args.command == "evaluate" else {},
+        if args.command in ("evaluate", "sweep") else {},
+        sweep={k: flag(k) for k in ("trials", "objective", "storage", "study", "seed", "best_out")},
         tracking={"uri": flag("tracking_uri"), "enabled": flag("track")},
         cache_dir=flag("cache_dir"),
     )
@@ -333,6 +334,76 @@ def _record_evaluation(config: HyperProveConfig, results: dict, n_questions: int
     return outcome
 
 
+def cmd_sweep(args: argparse.Namespace) -> dict:
+    from experiments.data import load_corpus, load_questions
+    from experiments.gold import evaluate_ranker, hyperprove_chain
+    from optimize import sweep as sweeping
+    from pipeline.files import atomic_write_json
+
+    config = _config(args)
+    run, sweep = config.evaluation, config.sweep
+    if not run.questions or not run.corpus:
+        raise HyperProveError("sweep: give --questions and --corpus (or a --config with evaluation.questions and evaluation.corpus)")
+    with_lm = run.decomposition == "lm"
+    if sweep.objective in ("f1", "em") and not with_lm:
+        raise HyperProveError(f"--objective {sweep.objective} needs answers: use --decomposition lm")
+    passages = load_corpus(run.corpus)
+    questions = load_questions(run.questions, passages)[: run.limit]
+    embedder = _embedder(config)
+    session = LMSession(config) if with_lm else None
+    index, _ = cached_index(passages, config, embedder, session)
+    embedder.load()
+
+    def score_chunk(params: dict, chunk) -> list[float]:
+        retriever = index.retriever(config.with_overrides(retriever=params).retriever, embedder.encode_query)
+        if with_lm:
+            from experiments.qa import evaluate_program
+            from pipeline.program import HyperProve
+
+            _, rows = evaluate_program(chunk, HyperProve(retriever, config.program), session.calls)
+        else:
+            _, rows = evaluate_ranker(chunk, lambda question: hyperprove_chain(question, retriever))
+        return [row.get(sweep.objective, 0.0) for row in rows]
+
+    tracked = None
+    if config.tracking.enabled:
+        from optimize.tracking import connect, experiment_id, flat_params
+
+        mlflow = connect(config.tracking)
+        experiment = experiment_id(mlflow, config.tracking)
+        tracked = mlflow.start_run(experiment_id=experiment, run_name=f"sweep-{sweep.study}")
+        mlflow.set_tags({"hyperprove.kind": "sweep", "optuna.study": sweep.study, "optuna.storage": sweep.storage})
+        mlflow.log_params(flat_params(config.to_dict()))
+
+    def on_trial(trial, params: dict, value: float | None) -> None:
+        if tracked is not None:
+            with mlflow.start_run(experiment_id=experiment, run_name=f"trial-{trial.number}", nested=True):
+                mlflow.log_params(params)
+                mlflow.set_tag("optuna.state", "complete" if value is not None else "pruned")
+                if value is not None:
+                    mlflow.log_metric(sweep.objective.replace("@", "_at_"), value)
+
+    try:
+        study = sweeping.run_sweep(sweep, questions, score_chunk, on_trial)
+        result = sweeping.summary(study)
+        best = {**config.to_dict()["retriever"], **sweeping.best_parameters(study)}
+        best_out = Path(sweep.best_out or Path(".hyperprove") / "sweeps" / f"{sweep.study}-best.json")
+        atomic_write_json(best_out, {"retriever": best, "index": config.to_dict()["index"]})
+        result["best_config"] = str(best_out)
+        print(f"study {sweep.study!r} in {sweep.storage}: {result['complete']} complete, {result['pruned']} pruned; "
+              f"best {sweep.objective} {result['best_value']} with {result['best_params']} -> {best_out}")
+        if tracked is not None:
+            plots = sweeping.save_plots(study, best_out.parent / f"{sweep.study}-plots")
+            for path in [*plots, best_out]:
+                mlflow.log_artifact(str(path))
+            mlflow.log_metric(f"best_{sweep.objective.replace('@', '_at_')}", result["best_value"] or 0.0)
+            result["mlflow_run"] = tracked.info.run_id
+    finally:
+        if tracked is not None:
+            mlflow.end_run()
+    return result
+
+
 def cmd_reproduce(args: argparse.Namespace) -> dict:
     from optimize.tracking import TIMING, metric_deltas, recorded_evaluation, same_index
     from pipeline.files import sha256_file
@@ -438,6 +509,22 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_flags(evaluate)
     _add_program_flags(evaluate)
     evaluate.set_defaults(run=cmd_evaluate)
+
+    sweep = commands.add_parser("sweep", help="Optuna TPE over alpha, theta, L and K; resumable study, MLflow runs per trial")
+    sweep.add_argument("--questions", help="questions JSON to optimise on (a train split)")
+    sweep.add_argument("--corpus", help="corpus JSON the questions refer to")
+    sweep.add_argument("--decomposition", choices=["gold", "lm"], help="gold (default): MuSiQue's sub-questions; lm: the full program (for F1/EM)")
+    sweep.add_argument("--limit", type=int, help="the first N questions only")
+    sweep.add_argument("--trials", type=int, help="finished trials the study should reach (default 30; a rerun continues)")
+    sweep.add_argument("--objective", choices=["recall@5", "recall@2", "f1", "em"], help="maximised (default recall@5)")
+    sweep.add_argument("--storage", help="Optuna storage URL (default sqlite:///.hyperprove/optuna.db)")
+    sweep.add_argument("--study", help="study name (default hyperprove)")
+    sweep.add_argument("--seed", type=int, help="TPE seed (default 0)")
+    sweep.add_argument("--best-out", help="experiment config to write with the best parameters")
+    sweep.add_argument("--tracking-uri", help="MLflow tracking store (default sqlite:///.hyperprove/mlflow.db)")
+    sweep.add_argument("--no-track", action="store_const", const=False, dest="track", help="do not log MLflow runs")
+    _add_config_flags(sweep, retriever=False)
+    sweep.set_defaults(run=cmd_sweep)
 
     reproduce = commands.add_parser("reproduce", help="rerun a tracked evaluate run from its record and print the metric deltas")
     reproduce.add_argument("run_id", help="MLflow run id (printed by `hyperprove evaluate`, listed by `hyperprove ui`)")

@@ -70,9 +70,39 @@ class TrackingConfig:
     enabled: bool = True
 
 
+SWEEP_OBJECTIVES = ("recall@5", "recall@2", "f1", "em")
+
+
+@dataclass
+class SweepConfig:
+    """What a sweep searches, how long, and where the study is stored."""
+
+    trials: int = 30  # finished (complete or pruned) trials the study should reach
+    objective: str = "recall@5"
+    storage: str = "sqlite:///.hyperprove/optuna.db"
+    study: str = "hyperprove"
+    seed: int = 0
+    chunk: int = 10  # questions per pruning step
+    alpha: list[float] = field(default_factory=lambda: [0.0, 1.0])
+    theta: list[float] = field(default_factory=lambda: [0.0, 0.5])
+    depth: list[int] = field(default_factory=lambda: [1, 4])  # L
+    top_k: list[int] = field(default_factory=lambda: [2, 12])  # K
+    best_out: str | None = None  # experiment config to write with the best parameters
+
+    def __post_init__(self) -> None:
+        if self.objective not in SWEEP_OBJECTIVES:
+            raise HyperProveError(f"sweep config: objective={self.objective!r} must be one of {', '.join(SWEEP_OBJECTIVES)}")
+        if self.trials < 1 or self.chunk < 1:
+            raise HyperProveError("sweep config: trials and chunk must be >= 1")
+        for name in ("alpha", "theta", "depth", "top_k"):
+            low_high = getattr(self, name)
+            if len(low_high) != 2 or low_high[0] > low_high[1]:
+                raise HyperProveError(f"sweep config: {name}={low_high!r} must be [low, high] with low <= high")
+
+
 _SECTIONS = {
     "retriever": RetrieverConfig, "index": IndexConfig, "lm": LMConfig, "program": ProgramConfig,
-    "evaluation": EvaluationConfig, "tracking": TrackingConfig,
+    "evaluation": EvaluationConfig, "tracking": TrackingConfig, "sweep": SweepConfig,
 }
 
 
@@ -86,6 +116,7 @@ class HyperProveConfig:
     program: ProgramConfig = field(default_factory=ProgramConfig)
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    sweep: SweepConfig = field(default_factory=SweepConfig)
     cache_dir: str = ".hyperprove/cache"
 
     def to_dict(self) -> dict:
