@@ -393,9 +393,11 @@ def cmd_sweep(args: argparse.Namespace) -> dict:
         print(f"study {sweep.study!r} in {sweep.storage}: {result['complete']} complete, {result['pruned']} pruned; "
               f"best {sweep.objective} {result['best_value']} with {result['best_params']} -> {best_out}")
         if tracked is not None:
-            plots = sweeping.save_plots(study, best_out.parent / f"{sweep.study}-plots")
-            for path in [*plots, best_out]:
-                mlflow.log_artifact(str(path))
+            import tempfile
+
+            with tempfile.TemporaryDirectory() as scratch:
+                for path in [*sweeping.save_plots(study, Path(scratch)), best_out]:
+                    mlflow.log_artifact(str(path))
             mlflow.log_metric(f"best_{sweep.objective.replace('@', '_at_')}", result["best_value"] or 0.0)
             result["mlflow_run"] = tracked.info.run_id
     finally:
