@@ -195,15 +195,19 @@ def test_an_lm_provider_failure_is_one_line(files, capsys, monkeypatch):
     assert err == "error: the LM failed (AuthenticationError): litellm.AuthenticationError: OpenAIException - The api_key client option must be set\n"
 
 
-def test_evaluate_with_the_lm_runs_the_program_first_and_reads_every_system(files, capsys, scripted_cli, tmp_path):
-    question = QUESTIONS[0]["question"]
-    scripted_cli.answers = {
+def two_hop_script(final_answer: str) -> dict:
+    """DummyLM answers for QUESTIONS[0] decomposed into two hops, then the given final answer."""
+    return {
         "`[[ ## sub_questions ## ]]`": {"sub_questions": ["Who directed Jaws?", "Who was the mother of #1?"]},
         "[[ ## sub_question ## ]]": {"question": "Who was the mother of Steven Spielberg?"},
         "[[ ## question ## ]]\nWho directed Jaws?\n": {"answer": "Steven Spielberg", "supporting": [1]},
         "[[ ## question ## ]]\nWho was the mother of Steven Spielberg?\n": {"answer": "Leah Adler", "supporting": [1]},
-        f"[[ ## question ## ]]\n{question}": {"answer": "2017"},
+        f"[[ ## question ## ]]\n{QUESTIONS[0]['question']}": {"answer": final_answer},
     }
+
+
+def test_evaluate_with_the_lm_runs_the_program_first_and_reads_every_system(files, capsys, scripted_cli, tmp_path):
+    scripted_cli.answers = two_hop_script(final_answer="2017")
     code, out, _ = run(capsys, "evaluate", "--questions", files / "questions.json", "--corpus", files / "corpus.json",
                        "--retriever", "dense-iterative,dense,hyperprove", "--decomposition", "lm", "--read",
                        "--embedder", "test-hash", "--cache-dir", tmp_path / "cache", "--out", tmp_path / "results", "--no-track", "--json")
@@ -251,14 +255,7 @@ def test_evaluate_refuses_an_index_of_another_corpus(files, capsys, scripted_cli
 
 
 def test_reproduce_reruns_a_tracked_run_and_refuses_changed_data(files, capsys, scripted_cli, tmp_path):
-    question = QUESTIONS[0]["question"]
-    scripted_cli.answers = {
-        "`[[ ## sub_questions ## ]]`": {"sub_questions": ["Who directed Jaws?", "Who was the mother of #1?"]},
-        "[[ ## sub_question ## ]]": {"question": "Who was the mother of Steven Spielberg?"},
-        "[[ ## question ## ]]\nWho directed Jaws?\n": {"answer": "Steven Spielberg", "supporting": [1]},
-        "[[ ## question ## ]]\nWho was the mother of Steven Spielberg?\n": {"answer": "Leah Adler", "supporting": [1]},
-        f"[[ ## question ## ]]\n{question}": {"answer": "Leah Adler"},  # wrong on purpose: EM 0, F1 0
-    }
+    scripted_cli.answers = two_hop_script(final_answer="Leah Adler")  # wrong on purpose: EM 0, F1 0
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     code, out, _ = run(capsys, "evaluate", "--questions", files / "questions.json", "--corpus", files / "corpus.json",
                        "--retriever", "hyperprove,dense,ppr", "--decomposition", "lm", "--embedder", "test-hash",
