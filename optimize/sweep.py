@@ -35,8 +35,9 @@ def suggest(trial, sweep: SweepConfig) -> dict:
 def open_study(sweep: SweepConfig):
     import optuna
 
-    if sweep.storage.startswith("sqlite:///"):
-        Path(sweep.storage[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+    from optimize.tracking import make_sqlite_folder
+
+    make_sqlite_folder(sweep.storage)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     return optuna.create_study(
         storage=sweep.storage, study_name=sweep.study, direction="maximize", load_if_exists=True,

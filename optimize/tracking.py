@@ -36,6 +36,12 @@ def flat_params(values: dict, prefix: str = "") -> dict[str, str]:
     return flat
 
 
+def make_sqlite_folder(uri: str) -> None:
+    """A local SQLite store's folder must exist before MLflow or Optuna opens it."""
+    if uri.startswith("sqlite:///"):
+        Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+
+
 def metric_name(system: str, key: str) -> str:
     """MLflow metric names take no "@": recall@5 -> recall_at_5."""
     return f"{system}.{key.replace('@', '_at_')}"
@@ -76,8 +82,7 @@ def connect(tracking):
 
     for name in ("mlflow", "alembic"):
         logging.getLogger(name).setLevel(logging.WARNING)
-    if tracking.uri.startswith("sqlite:///"):
-        Path(tracking.uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+    make_sqlite_folder(tracking.uri)
     mlflow.set_tracking_uri(tracking.uri)
     return mlflow
 
@@ -111,8 +116,7 @@ def ui_command(tracking, host: str = "127.0.0.1", port: int = 5000) -> tuple[lis
     one worker, no job execution, bound to loopback unless told otherwise."""
     import sys
 
-    if tracking.uri.startswith("sqlite:///"):
-        Path(tracking.uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+    make_sqlite_folder(tracking.uri)
     command = [
         sys.executable, "-m", "mlflow", "server",
         "--backend-store-uri", tracking.uri,

@@ -407,6 +407,7 @@ def cmd_sweep(args: argparse.Namespace) -> dict:
 
 
 def cmd_reproduce(args: argparse.Namespace) -> dict:
+    from experiments.harness import timestamp
     from optimize.tracking import TIMING, metric_deltas, recorded_evaluation, same_index
     from pipeline.files import sha256_file
 
@@ -416,7 +417,7 @@ def cmd_reproduce(args: argparse.Namespace) -> dict:
     config = HyperProveConfig.from_dict(results["config"], source=f"run {args.run_id}")
     run = config.evaluation
     name = f"{results.get('name') or 'evaluation'}-reproduce"
-    out = args.out or str(Path(".hyperprove") / "results" / f"{name}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}")
+    out = args.out or str(Path(".hyperprove") / "results" / f"{name}-{timestamp()}")
     config = config.with_overrides(evaluation={"out": out, "name": name}, tracking={"uri": tracking.uri}, cache_dir=args.cache_dir)
     for kind in ("questions", "corpus"):
         path = getattr(run, kind)
