@@ -5,14 +5,18 @@
 
 Each run directory comes from `hyperprove evaluate --config experiments/configs/<name>.json`; the
 report lists them (retrieval-only settings first), each with its command, commit, MLflow run,
-the table, and a line comparing HyperProve's Recall@5 with the best baseline's.
+the table, and a line comparing HyperProve's Recall@5 with the best baseline's. Sweeps
+(`*/sweep.json`, from `hyperprove sweep --config ...`) follow: the configured and the best
+parameters, scored on the sweep's questions and on its held-out set.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
+from typing import Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from anywhere
@@ -48,7 +52,53 @@ def verdict(systems: dict[str, dict]) -> str:
             f"{best} {others[best]:.2f} ({gap:+.2f}).")
 
 
-def render(runs: list[dict]) -> str:
+SWEPT_COLUMNS = (("alpha", "alpha"), ("theta", "theta"), ("depth", "L"), ("top_k", "K"), ("n_seeds", "seeds"), ("subgraph_bound", "bound"))
+
+
+def _facts(record: dict, command: str, extra: list[str]) -> str:
+    facts = [f"command: `{command}`", *extra]
+    if record.get("git_commit"):
+        facts.append(f"commit {record['git_commit'][:10]}" + (" (uncommitted changes)" if record.get("git_dirty") == "true" else ""))
+    if record.get("mlflow_run"):
+        facts.append(f"MLflow run `{record['mlflow_run']}`")
+    if record.get("finished"):
+        facts.append(f"finished {record['finished']}")
+    return "; ".join(facts) + "."
+
+
+def render_sweep(sweep: dict, plots: Sequence[str] = ()) -> list[str]:
+    """A sweep: the configured and the best parameters, scored where the sweep ran and held out;
+    `plots` are links to its PNGs, relative to the report."""
+    name = sweep["config"]["evaluation"].get("name") or sweep["study"]
+    metrics = [sweep["objective"]] + ([sweep["tie_break"]] if sweep.get("tie_break") else [])
+    held_out = sweep.get("validation")
+    columns = [label for key, label in SWEPT_COLUMNS if key in sweep["best_params"]]
+    header = columns + [f"{m} (train)" for m in metrics] + ([f"{m} (held out)" for m in metrics] if held_out else [])
+    lines = [f"## {name}", ""]
+    if sweep["config"]["evaluation"].get("description"):
+        lines += [sweep["config"]["evaluation"]["description"], ""]
+    lines += [_facts(sweep, f"hyperprove sweep --config experiments/configs/{name}.json", [
+        f"{sweep['complete']} complete and {sweep['pruned']} pruned trials on {sweep['n_questions']} questions of `{sweep['questions']}`"]
+        + ([f"held out: {held_out['n_questions']} questions of `{held_out['questions']}`"] if held_out else [])), ""]
+    lines += ["| parameters | " + " | ".join(header) + " |", "|---" * (len(header) + 1) + "|"]
+    for label, params, kind in (("configured (trial 0)", sweep["start_params"], "start"), (f"best (trial {sweep['best_trial']})", sweep["best_params"], "best")):
+        scored = sweep.get(f"{kind}_scores") or {}
+        cells = [f"{params[key]:.3f}" if isinstance(params[key], float) else str(params[key]) for key, _ in SWEPT_COLUMNS if key in params]
+        cells += [f"{scored.get(m, float('nan')):.2f}" for m in metrics]
+        if held_out:
+            cells += [f"{held_out[f'{kind}_scores'].get(m, float('nan')):.2f}" for m in metrics]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines.append("")
+    if held_out:
+        best, start = held_out["best_scores"][sweep["objective"]], held_out["start_scores"][sweep["objective"]]
+        position = "above" if best > start else "level with" if best == start else "below"
+        lines += [f"Held out, the best parameters' {sweep['objective']} {best:.2f} is {position} the configured parameters' {start:.2f} ({best - start:+.2f}).", ""]
+    if plots:
+        lines += ["Plots: " + ", ".join(f"[{Path(plot).stem}]({plot})" for plot in plots) + ".", ""]
+    return lines
+
+
+def render(runs: list[dict], sweeps: Sequence[tuple[dict, list[str]]] = ()) -> str:
     lines = [
         "# HyperProve benchmark report",
         "",
@@ -66,19 +116,14 @@ def render(runs: list[dict]) -> str:
         lines += [f"## {name}", ""]
         if run.get("description"):
             lines += [run["description"], ""]
-        facts = [f"command: `hyperprove evaluate --config experiments/configs/{name}.json`", f"{run.get('n_questions', '?')} questions"]
-        if run.get("lm"):
-            facts.append(f"LM `{run['lm']}`")
-        if run.get("git_commit"):
-            facts.append(f"commit {run['git_commit'][:10]}" + (" (uncommitted changes)" if run.get("git_dirty") == "true" else ""))
-        if run.get("mlflow_run"):
-            facts.append(f"MLflow run `{run['mlflow_run']}`")
-        if run.get("finished"):
-            facts.append(f"finished {run['finished']}")
-        lines += ["; ".join(facts) + ".", "", results_table(list(run["systems"].values())).rstrip(), ""]
+        extra = [f"{run.get('n_questions', '?')} questions"] + ([f"LM `{run['lm']}`"] if run.get("lm") else [])
+        lines += [_facts(run, f"hyperprove evaluate --config experiments/configs/{name}.json", extra), "",
+                  results_table(list(run["systems"].values())).rstrip(), ""]
         judged = verdict(run["systems"])
         if judged:
             lines += [judged, ""]
+    for sweep, plots in sweeps:
+        lines += render_sweep(sweep, plots)
     return "\n".join(lines)
 
 
@@ -91,8 +136,11 @@ def main(argv: list[str] | None = None) -> int:
     if not runs:
         print(f"error: no results.json under {args.results}", file=sys.stderr)
         return 2
-    atomic_write_bytes(Path(args.out), render(runs).encode())
-    print(f"{args.out}: {len(runs)} runs")
+    report_dir = Path(args.out).resolve().parent
+    sweeps = [(read_json(path, "sweep"), [os.path.relpath(png, report_dir) for png in sorted(path.parent.glob("*.png"))])
+              for path in sorted(Path(args.results).resolve().glob("*/sweep.json"))]
+    atomic_write_bytes(Path(args.out), render(runs, sweeps).encode())
+    print(f"{args.out}: {len(runs)} evaluate runs, {len(sweeps)} sweeps")
     return 0
 
 

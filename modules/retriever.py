@@ -105,6 +105,11 @@ class HypergraphRetriever(dspy.Module):
         self.encode = encode
         self.config = config or RetrieverConfig()
 
+    def __deepcopy__(self, memo) -> "HypergraphRetriever":
+        """Read-only, so copies share it: DSPy copies a program to compile or load it, and a copy
+        of the index (and of the embedder behind `encode`) would cost memory and time for nothing."""
+        return self
+
     def forward(self, query: str, frontier: Sequence[int] = ()) -> dspy.Prediction:
         config = self.config
         query_vector = np.asarray(self.encode(query), dtype=np.float32).ravel()

@@ -16,6 +16,7 @@ import json
 import logging
 import platform
 import subprocess
+from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 
@@ -87,17 +88,31 @@ def connect(tracking):
     return mlflow
 
 
-def log_evaluation(tracking, config: dict, systems: dict[str, dict], artifacts: dict[str, Path], run_name: str, tags: dict[str, str]) -> str:
-    """One MLflow run for one evaluation; returns its run id."""
+@contextmanager
+def tracked_run(tracking, config: dict, run_name: str, tags: dict[str, str]):
+    """One MLflow run: the flat config as params, the git state and `tags` as tags. Yields mlflow
+    (the run is active; nested runs go into its experiment), or None when tracking is off."""
+    if not tracking.enabled:
+        yield None
+        return
     mlflow = connect(tracking)
     try:
         experiment = experiment_id(mlflow, tracking)
     except Exception as error:  # noqa: BLE001 - any store failure is one line for the user
         raise HyperProveError(f"tracking store {tracking.uri}: {type(error).__name__}: {error}") from None
-    repository = Path(__file__).resolve().parents[1]
-    with mlflow.start_run(experiment_id=experiment, run_name=run_name) as run:
-        mlflow.set_tags({"hyperprove.kind": "evaluate", **git_state(repository), **tags})
+    with mlflow.start_run(experiment_id=experiment, run_name=run_name):
+        mlflow.set_tags({**git_state(Path(__file__).resolve().parents[1]), **tags})
         mlflow.log_params(flat_params(config))
+        yield mlflow
+
+
+def active_run_id(mlflow) -> str:
+    return mlflow.active_run().info.run_id
+
+
+def log_evaluation(tracking, config: dict, systems: dict[str, dict], artifacts: dict[str, Path], run_name: str, tags: dict[str, str]) -> str:
+    """One MLflow run for one evaluation; returns its run id."""
+    with tracked_run(tracking, config, run_name, {"hyperprove.kind": "evaluate", **tags}) as mlflow:
         metrics = {
             metric_name(system, key): float(value)
             for system, summary in systems.items()
@@ -108,7 +123,7 @@ def log_evaluation(tracking, config: dict, systems: dict[str, dict], artifacts: 
         for path in artifacts.values():
             mlflow.log_artifact(str(path))
         mlflow.log_dict(environment(), "environment.json")
-        return run.info.run_id
+        return active_run_id(mlflow)
 
 
 def ui_command(tracking, host: str = "127.0.0.1", port: int = 5000) -> tuple[list[str], dict[str, str]]:
@@ -131,7 +146,8 @@ TIMING = ("seconds_per_question", "retrieval_ms_per_question")  # wall-clock: re
 
 
 def recorded_evaluation(tracking, run_id: str) -> dict:
-    """The results.json and index_manifest.json an evaluate run logged (the manifest may be None)."""
+    """The results.json, index_manifest.json and compiled program (bytes) an evaluate run logged;
+    the manifest and the program may be None."""
     import tempfile
 
     connect(tracking)
@@ -152,6 +168,7 @@ def recorded_evaluation(tracking, run_id: str) -> dict:
         recorded = {}
         for key, name in (("results", "results.json"), ("index_manifest", "index_manifest.json")):
             recorded[key] = json.loads(Path(client.download_artifacts(run_id, name, scratch)).read_text()) if name in names else None
+        recorded["program"] = Path(client.download_artifacts(run_id, "program.json", scratch)).read_bytes() if "program.json" in names else None
     recorded["tags"] = dict(run.data.tags)
     return recorded
 

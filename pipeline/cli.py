@@ -18,7 +18,8 @@ from modules.errors import HyperProveError
 from pipeline.config import HyperProveConfig
 
 
-DEMO_DIR = Path(__file__).resolve().parents[1] / "experiments" / "demo"
+REPOSITORY = Path(__file__).resolve().parents[1]
+DEMO_DIR = REPOSITORY / "experiments" / "demo"
 # Third-party settings the command line fixes for every command: no reaching for the network at
 # import or first use, and no progress bars of MLflow's own between ours.
 LIBRARY_DEFAULTS = {
@@ -57,6 +58,10 @@ def _add_program_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-hops", type=int, help="most sub-questions per question (default 4)")
 
 
+COMPILE_FLAGS = ("questions", "corpus", "target", "optimizer", "train", "val", "max_bootstrapped_demos", "max_labeled_demos",
+                 "threshold", "auto", "prompt_lm", "seed", "out")
+
+
 def _config(args: argparse.Namespace) -> HyperProveConfig:
     path = getattr(args, "config", None)
     base = HyperProveConfig.from_file(path) if path else HyperProveConfig()
@@ -65,10 +70,11 @@ def _config(args: argparse.Namespace) -> HyperProveConfig:
         retriever={k: flag(k) for k in ("alpha", "theta", "depth", "top_k", "n_seeds", "subgraph_bound")},
         index={"extractor": flag("extractor"), "embedder": flag("embedder"), "eta": flag("eta")},
         lm={"model": flag("lm_model"), "threads": flag("lm_threads")},
-        program={"max_hops": flag("max_hops")},
+        program={"max_hops": flag("max_hops"), "compiled": flag("program")},
         evaluation={k: flag(k) for k in ("questions", "corpus", "index", "retrievers", "decomposition", "read", "limit", "out")}
         if args.command in ("evaluate", "sweep") else {},
-        sweep={k: flag(k) for k in ("trials", "objective", "storage", "study", "seed", "best_out")},
+        sweep={k: flag(k) for k in ("trials", "objective", "storage", "study", "seed", "best_out", "validate")} if args.command == "sweep" else {},
+        compile={k: flag(k) for k in COMPILE_FLAGS} if args.command == "compile" else {},
         tracking={"uri": flag("tracking_uri"), "enabled": flag("track")},
         cache_dir=flag("cache_dir"),
     )
@@ -157,22 +163,25 @@ def cached_index(passages, config: HyperProveConfig, embedder, session: LMSessio
     return index, directory
 
 
-def _program(index, config: HyperProveConfig, embedder, path: str | None):
+def _program(retriever, config: HyperProveConfig):
+    """The HyperProve program around a retriever, with the compiled state of `program.compiled`."""
     from pipeline.program import HyperProve
 
-    program = HyperProve(index.retriever(config.retriever, embedder.encode_query), config.program)
-    if path:
-        _load_program(program, path)
-    return program
+    return _load_program(HyperProve(retriever, config.program), config.program.compiled)
 
 
-def _load_program(program, path: str) -> None:
+def _load_program(program, path: str | None):
+    """Load a compiled program's state into `program` (a HyperProve, or a reader sharing its final
+    predictor); nothing to do without a path."""
+    if not path:
+        return program
     if not Path(path).is_file():
         raise HyperProveError(f"--program {path}: no such file")
     try:
         program.load(path)
     except (ValueError, KeyError) as error:
         raise HyperProveError(f"--program {path}: not a compiled HyperProve program ({error})") from None
+    return program
 
 
 def format_chain(prediction) -> list[str]:
@@ -204,7 +213,7 @@ def cmd_ask(args: argparse.Namespace) -> dict:
     index = load_index(args.index, expect_embedder=config.index.embedder)
     embedder = _embedder(config)
     session = LMSession(config)
-    program = _program(index, config, embedder, args.program)
+    program = _program(index.retriever(config.retriever, embedder.encode_query), config)
     started = time.perf_counter()
     prediction = program(args.question)
     print(f"Q: {args.question}")
@@ -228,7 +237,7 @@ def cmd_demo(args: argparse.Namespace) -> dict:
     embedder = _embedder(config)
     index, _ = cached_index(passages, config, embedder, session)
     print(f"index: {index.counts()} ({time.perf_counter() - started:.0f} s)")
-    program = _program(index, config, embedder, args.program)
+    program = _program(index.retriever(config.retriever, embedder.encode_query), config)
     answers = []
     for number, question in enumerate(questions, start=1):
         asked = time.perf_counter()
@@ -244,19 +253,22 @@ def cmd_demo(args: argparse.Namespace) -> dict:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> dict:
-    return run_evaluation(_config(args), args.program)
+    return run_evaluation(_config(args))
 
 
-def run_evaluation(config: HyperProveConfig, program_path: str | None = None, tags: dict | None = None,
+def run_evaluation(config: HyperProveConfig, tags: dict | None = None,
                    check_index: Callable[[dict | None], None] | None = None) -> dict:
     """Evaluate the configured systems; `check_index` sees the index manifest before any question."""
     from experiments.data import load_corpus, load_questions
     from experiments.harness import PASSAGE_LEVEL, Workbench, evaluate_systems, parse_systems
     from pipeline.index import load_index, read_manifest
 
+    from optimize.tracking import git_state
+
     run = config.evaluation
     if not run.questions or not run.corpus:
         raise HyperProveError("evaluate: give --questions and --corpus (or a --config with evaluation.questions and evaluation.corpus)")
+    source = git_state(REPOSITORY)  # the code that runs: taken now, not when a long run ends
     names = parse_systems(run.retrievers)
     with_lm = run.decomposition == "lm"
     if run.read and not with_lm:
@@ -275,15 +287,10 @@ def run_evaluation(config: HyperProveConfig, program_path: str | None = None, ta
         index, index_directory = cached_index(passages, config, embedder, session)
         return index
 
-    def reader(module):
-        if program_path:
-            _load_program(module, program_path)
-        return module
-
     bench = Workbench(
         passages, config, embedder, load,
-        make_program=(lambda index: _program(index, config, embedder, program_path)) if with_lm else None,
-        prepare_reader=reader,
+        make_program=(lambda index: _program(index.retriever(config.retriever, embedder.encode_query), config)) if with_lm else None,
+        prepare_reader=lambda module: _load_program(module, config.program.compiled),
         needs_index=bool(run.index) or any(name not in PASSAGE_LEVEL for name in names),
         index_label=f"{run.index} (for {run.corpus})" if run.index else "the cached index",
     )
@@ -296,17 +303,18 @@ def run_evaluation(config: HyperProveConfig, program_path: str | None = None, ta
     embedder.load()
     embedder.encode_query("warm-up")  # the first call pays one-off set-up costs, not a system
     results = evaluate_systems(names, questions, bench, run.decomposition, run.read, session.calls if session else (lambda: 0))
-    return _record_evaluation(config, results, len(questions), session.id if session else None, index_manifest, tags or {})
+    return _record_evaluation(config, results, len(questions), session.id if session else None, index_manifest, {**source, **(tags or {})})
 
 
 def _record_evaluation(config: HyperProveConfig, results: dict, n_questions: int, lm_id: str | None, index_manifest: dict | None,
                        tags: dict) -> dict:
-    """Write the results folder, print the table, log the MLflow run; the `--json` object."""
+    """Write the results folder, print the table, log the MLflow run; the `--json` object.
+    `tags` carry the git state taken when the run started."""
     from experiments.harness import results_table, timestamp, write_results
-    from optimize.tracking import git_state
-    from pipeline.files import atomic_write_json, read_json, sha256_file
+    from pipeline.files import atomic_write_bytes, atomic_write_json, read_json, sha256_file
 
     run = config.evaluation
+    compiled = config.program.compiled
     dataset = Path(run.questions).resolve()
     name = run.name or f"{dataset.parent.name}-{dataset.stem}-{run.decomposition}"
     out = Path(run.out or Path(".hyperprove") / "results" / f"{name}-{timestamp()}")
@@ -314,13 +322,17 @@ def _record_evaluation(config: HyperProveConfig, results: dict, n_questions: int
         "name": name, "description": run.description, "questions": run.questions, "corpus": run.corpus,
         "data_sha256": {"questions": sha256_file(run.questions), "corpus": sha256_file(run.corpus)},
         "n_questions": n_questions, "decomposition": run.decomposition, "read": run.read, "lm": lm_id,
+        "program_sha256": sha256_file(compiled) if compiled else None,
         "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        **git_state(Path(__file__).resolve().parents[1]), "config": config.to_dict(),
+        **{key: tags[key] for key in ("git_commit", "git_dirty") if key in tags}, "config": config.to_dict(),
     }
     paths = write_results(out, header, results)
     if index_manifest is not None:
         paths["index_manifest"] = out / "index_manifest.json"
         atomic_write_json(paths["index_manifest"], index_manifest)
+    if compiled:  # the compiled program travels with the results (and into the MLflow run)
+        paths["program"] = out / "program.json"
+        atomic_write_bytes(paths["program"], Path(compiled).read_bytes())
     print(results_table([r.summary for r in results.values()]), end="")
     print(f"results, predictions and the index manifest in {out}/")
     outcome = {"retrievers": {n: r.summary for n, r in results.items()}, "out": str(out), "mlflow_run": None}
@@ -337,7 +349,9 @@ def _record_evaluation(config: HyperProveConfig, results: dict, n_questions: int
 def cmd_sweep(args: argparse.Namespace) -> dict:
     from experiments.data import load_corpus, load_questions
     from experiments.gold import evaluate_ranker, hyperprove_chain
+    from experiments.harness import timestamp
     from optimize import sweep as sweeping
+    from optimize.tracking import active_run_id, git_state, metric_name, tracked_run
     from pipeline.files import atomic_write_json
 
     config = _config(args)
@@ -354,59 +368,113 @@ def cmd_sweep(args: argparse.Namespace) -> dict:
     index, _ = cached_index(passages, config, embedder, session)
     embedder.load()
 
-    def score_chunk(params: dict, chunk) -> list[float]:
+    def score_chunk(params: dict, chunk) -> list[dict]:
         retriever = index.retriever(config.with_overrides(retriever=params).retriever, embedder.encode_query)
         if with_lm:
             from experiments.qa import evaluate_program
-            from pipeline.program import HyperProve
 
-            _, rows = evaluate_program(chunk, HyperProve(retriever, config.program), session.calls)
-        else:
-            _, rows = evaluate_ranker(chunk, lambda question: hyperprove_chain(question, retriever))
-        return [row.get(sweep.objective, 0.0) for row in rows]
+            return evaluate_program(chunk, _program(retriever, config), session.calls)[1]
+        return evaluate_ranker(chunk, lambda question: hyperprove_chain(question, retriever))[1]
 
-    tracked = None
-    if config.tracking.enabled:
-        from optimize.tracking import connect, experiment_id, flat_params
-
-        mlflow = connect(config.tracking)
-        experiment = experiment_id(mlflow, config.tracking)
-        tracked = mlflow.start_run(experiment_id=experiment, run_name=f"sweep-{sweep.study}")
-        mlflow.set_tags({"hyperprove.kind": "sweep", "optuna.study": sweep.study, "optuna.storage": sweep.storage})
-        mlflow.log_params(flat_params(config.to_dict()))
-
-    def on_trial(trial, params: dict, value: float | None) -> None:
-        if tracked is not None:
-            with mlflow.start_run(experiment_id=experiment, run_name=f"trial-{trial.number}", nested=True):
+    def on_trial(trial, params: dict, scores: dict | None) -> None:
+        if mlflow is not None:
+            with mlflow.start_run(experiment_id=mlflow.active_run().info.experiment_id, run_name=f"trial-{trial.number}", nested=True):
                 mlflow.log_params(params)
-                mlflow.set_tag("optuna.state", "complete" if value is not None else "pruned")
-                if value is not None:
-                    mlflow.log_metric(sweep.objective.replace("@", "_at_"), value)
+                mlflow.set_tag("optuna.state", "complete" if scores is not None else "pruned")
+                if scores is not None:
+                    mlflow.log_metrics({metric_name("hyperprove", key): value for key, value in scores.items()})
 
-    try:
-        study = sweeping.run_sweep(sweep, questions, score_chunk, on_trial)
-        result = sweeping.summary(study)
-        best = {**config.to_dict()["retriever"], **sweeping.best_parameters(study)}
+    def shown(scores: dict | None) -> str:
+        return ", ".join(f"{key} {value:.2f}" for key, value in (scores or {}).items()) or "not scored"
+
+    source = git_state(REPOSITORY)
+    tags = {"hyperprove.kind": "sweep", "optuna.study": sweep.study, "optuna.storage": sweep.storage, **source}
+    start = sweeping.starting_point(sweep, config.to_dict()["retriever"])
+    with tracked_run(config.tracking, config.to_dict(), f"sweep-{sweep.study}", tags) as mlflow:
+        study = sweeping.run_sweep(sweep, questions, score_chunk, on_trial, start=start)
+        result = {**sweeping.summary(study), "objective": sweep.objective, "tie_break": sweep.tie_break, "questions": run.questions,
+                  "n_questions": len(questions), "start_params": start, "start_scores": sweeping.trial_scores_of(study, start)}
+        best_params = sweeping.best_parameters(study)
         best_out = Path(sweep.best_out or Path(".hyperprove") / "sweeps" / f"{sweep.study}-best.json")
-        atomic_write_json(best_out, {"retriever": best, "index": config.to_dict()["index"]})
+        atomic_write_json(best_out, {"retriever": {**config.to_dict()["retriever"], **best_params}, "index": config.to_dict()["index"]})
         result["best_config"] = str(best_out)
-        print(f"study {sweep.study!r} in {sweep.storage}: {result['complete']} complete, {result['pruned']} pruned; "
-              f"best {sweep.objective} {result['best_value']} with {result['best_params']} -> {best_out}")
-        if tracked is not None:
-            import tempfile
-
-            with tempfile.TemporaryDirectory() as scratch:
-                for path in [*sweeping.save_plots(study, Path(scratch)), best_out]:
-                    mlflow.log_artifact(str(path))
-            mlflow.log_metric(f"best_{sweep.objective.replace('@', '_at_')}", result["best_value"] or 0.0)
-            result["mlflow_run"] = tracked.info.run_id
-    finally:
-        if tracked is not None:
-            mlflow.end_run()
+        print(f"study {sweep.study!r} in {sweep.storage}: {result['complete']} complete, {result['pruned']} pruned; best trial "
+              f"{result['best_trial']}: {shown(result['best_scores'])} with {best_params} -> {best_out}; "
+              f"the configured parameters: {shown(result['start_scores'])}")
+        if sweep.validate:  # the held-out check: do the best parameters beat the configured ones there?
+            held_out = load_questions(sweep.validate, passages)
+            result["validation"] = {"questions": sweep.validate, "n_questions": len(held_out),
+                                    "start_scores": sweeping.mean_scores(sweep, score_chunk, start, held_out),
+                                    "best_scores": sweeping.mean_scores(sweep, score_chunk, best_params, held_out)}
+            print(f"on {sweep.validate} ({len(held_out)} questions): best parameters {shown(result['validation']['best_scores'])}; "
+                  f"configured ones {shown(result['validation']['start_scores'])}")
+        out = Path(run.out or Path(".hyperprove") / "sweeps" / f"{sweep.study}-{timestamp()}")
+        plots = sweeping.save_plots(study, out)
+        record = {**result, "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                  **source, "config": config.to_dict()}
+        atomic_write_json(out / "sweep.json", record)
+        print(f"summary and plots in {out}/")
+        result["out"] = str(out)
+        if mlflow is not None:
+            for path in [*plots, best_out, out / "sweep.json"]:
+                mlflow.log_artifact(str(path))
+            for prefix, scores in (("best", result["best_scores"]), ("start", result["start_scores"]),
+                                   *((f"validation_{k}", result["validation"][f"{k}_scores"]) for k in ("best", "start") if sweep.validate)):
+                mlflow.log_metrics({metric_name(prefix, key): value for key, value in (scores or {}).items()})
+            result["mlflow_run"] = active_run_id(mlflow)
+            atomic_write_json(out / "sweep.json", {**record, "mlflow_run": result["mlflow_run"]})
     return result
 
 
+def cmd_compile(args: argparse.Namespace) -> dict:
+    from experiments.data import load_corpus, load_questions
+    from experiments.harness import timestamp
+    from optimize.compile import compile_program, save_program
+    from optimize.tracking import active_run_id, tracked_run
+    from pipeline.lm import make_lm
+
+    config = _config(args)
+    settings = config.compile
+    if not settings.questions or not settings.corpus:
+        raise HyperProveError("compile: give --questions and --corpus (or a --config with compile.questions and compile.corpus)")
+    passages = load_corpus(settings.corpus)
+    questions = load_questions(settings.questions, passages)
+    session = LMSession(config)
+    retriever = None  # decompose and rewrite are compiled without retrieval
+    if settings.target == "program":
+        embedder = _embedder(config)
+        index, _ = cached_index(passages, config, embedder, session)
+        embedder.load()
+        retriever = index.retriever(config.retriever, embedder.encode_query)
+    program = _program(retriever, config)  # from --program, when given: compiling continues from it
+    prompt_lm = make_lm(config.with_overrides(lm={"model": settings.prompt_lm}).lm) if settings.prompt_lm else None
+    out = Path(settings.out or Path(".hyperprove") / "programs" / f"{settings.target}-{settings.optimizer}-{timestamp()}.json")
+    print(f"compile: {settings.target} with {settings.optimizer} on {settings.questions}, LM {session.id}", flush=True)
+    tags = {"hyperprove.kind": "compile", "hyperprove.lm": session.id}
+    with tracked_run(config.tracking, config.to_dict(), f"compile-{settings.target}-{settings.optimizer}", tags) as mlflow:
+        if mlflow is not None:
+            import mlflow.dspy  # the optimizer's settings, trainset, valset and compiled state go into this run
+
+            mlflow.dspy.autolog(log_compiles=True, log_traces=False, log_traces_from_compile=False, log_traces_from_eval=False, silent=True)
+        started = time.perf_counter()
+        report = compile_program(program, settings, questions, session.lm, prompt_lm, threads=config.lm.concurrency)
+        report.update(seconds=round(time.perf_counter() - started, 1), lm_calls=session.calls(), lm=session.id, program=str(out))
+        save_program(program, out)
+        if mlflow is not None:
+            mlflow.log_metrics({f"val_{when}": report[f"val_{when}"] for when in ("before", "after") if report[f"val_{when}"] is not None})
+            mlflow.log_artifact(str(out))
+            report["mlflow_run"] = active_run_id(mlflow)
+    scores = f"; validation grade {report['val_before']} -> {report['val_after']} on {report['val_examples']} examples" if report["val_examples"] else ""
+    print(f"compiled {settings.target} in {report['seconds']:.0f} s ({report['lm_calls']} LM calls){scores}")
+    print(f"demos per predictor: {report['demos']}")
+    print(f"program written to {out}; use it with --program {out}")
+    return report
+
+
 def cmd_reproduce(args: argparse.Namespace) -> dict:
+    import hashlib
+    import tempfile
+
     from experiments.harness import timestamp
     from optimize.tracking import TIMING, metric_deltas, recorded_evaluation, same_index
     from pipeline.files import sha256_file
@@ -428,7 +496,7 @@ def cmd_reproduce(args: argparse.Namespace) -> dict:
     if results.get("git_commit"):
         from optimize.tracking import git_state
 
-        now = git_state(Path(__file__).resolve().parents[1]).get("git_commit")
+        now = git_state(REPOSITORY).get("git_commit")
         if now != results["git_commit"]:
             print(f"note: run {args.run_id} was made at commit {results['git_commit'][:10]}, this is {str(now)[:10]}")
 
@@ -436,7 +504,14 @@ def cmd_reproduce(args: argparse.Namespace) -> dict:
         if not same_index(recorded["index_manifest"], manifest):
             raise HyperProveError(f"the index differs from the one run {args.run_id} used (index manifest checksums); not reproducing")
 
-    outcome = run_evaluation(config, tags={"hyperprove.reproduces": args.run_id}, check_index=check_index)
+    with tempfile.TemporaryDirectory() as scratch:
+        if results.get("program_sha256"):  # rerun with the compiled program the run logged
+            program = recorded["program"]
+            if program is None or hashlib.sha256(program).hexdigest() != results["program_sha256"]:
+                raise HyperProveError(f"run {args.run_id}: its compiled program.json artifact is missing or differs from the recorded sha256")
+            (Path(scratch) / "program.json").write_bytes(program)
+            config = config.with_overrides(program={"compiled": str(Path(scratch) / "program.json")})
+        outcome = run_evaluation(config, tags={"hyperprove.reproduces": args.run_id}, check_index=check_index)
     deltas = metric_deltas(results["systems"], outcome["retrievers"])
     changed = {system: {k: d for k, d in values.items() if d != 0} for system, values in deltas.items()}
     changed = {system: values for system, values in changed.items() if values}
@@ -524,10 +599,33 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--study", help="study name (default hyperprove)")
     sweep.add_argument("--seed", type=int, help="TPE seed (default 0)")
     sweep.add_argument("--best-out", help="experiment config to write with the best parameters")
+    sweep.add_argument("--validate", help="held-out questions (e.g. dev) to score the best and the configured parameters on afterwards")
+    sweep.add_argument("--out", help="folder for sweep.json (summary, validation) and the plots")
     sweep.add_argument("--tracking-uri", help="MLflow tracking store (default sqlite:///.hyperprove/mlflow.db)")
     sweep.add_argument("--no-track", action="store_const", const=False, dest="track", help="do not log MLflow runs")
     _add_config_flags(sweep, retriever=False)
     sweep.set_defaults(run=cmd_sweep)
+
+    compile_ = commands.add_parser("compile", help="compile the LM steps with a DSPy optimizer on training questions; writes the program JSON")
+    compile_.add_argument("--questions", help="training questions JSON (MuSiQue's carry the gold decompositions decompose and rewrite need)")
+    compile_.add_argument("--corpus", help="corpus JSON the questions refer to")
+    compile_.add_argument("--target", choices=["decompose", "rewrite", "program"],
+                          help="decompose (default) or rewrite: supervised by gold decompositions; program: every predictor, against answer F1")
+    compile_.add_argument("--optimizer", choices=["bootstrap", "mipro", "gepa"], help="BootstrapFewShot (default), MIPROv2 or GEPA")
+    compile_.add_argument("--train", type=int, help="the first N examples to compile on (default 20)")
+    compile_.add_argument("--val", type=int, help="the next N examples, graded before and after (default 20; 0: none)")
+    compile_.add_argument("--demos", type=int, dest="max_bootstrapped_demos", help="bootstrapped demonstrations per predictor (default 2)")
+    compile_.add_argument("--labeled-demos", type=int, dest="max_labeled_demos", help="gold examples as demonstrations (default 2; decompose, rewrite)")
+    compile_.add_argument("--threshold", type=float, help="grade a bootstrapped trace must reach (default: 0.6 decompose, 0.8 rewrite, 0.5 program)")
+    compile_.add_argument("--auto", choices=["light", "medium", "heavy"], help="MIPROv2/GEPA budget (default light)")
+    compile_.add_argument("--prompt-lm", help="LiteLLM id that proposes instructions (MIPROv2) or reflects (GEPA); default: --lm")
+    compile_.add_argument("--seed", type=int, help="optimizer seed (default 0)")
+    compile_.add_argument("--out", help="compiled program JSON to write")
+    compile_.add_argument("--tracking-uri", help="MLflow tracking store (default sqlite:///.hyperprove/mlflow.db)")
+    compile_.add_argument("--no-track", action="store_const", const=False, dest="track", help="do not log an MLflow run")
+    _add_config_flags(compile_)
+    _add_program_flags(compile_)
+    compile_.set_defaults(run=cmd_compile)
 
     reproduce = commands.add_parser("reproduce", help="rerun a tracked evaluate run from its record and print the metric deltas")
     reproduce.add_argument("run_id", help="MLflow run id (printed by `hyperprove evaluate`, listed by `hyperprove ui`)")

@@ -71,6 +71,8 @@ class TrackingConfig:
 
 
 SWEEP_OBJECTIVES = ("recall@5", "recall@2", "f1", "em")
+TIE_BREAKS = {"recall@5": "recall@2", "recall@2": "recall@5", "f1": "em", "em": "f1"}
+SWEPT = ("alpha", "theta", "depth", "top_k", "n_seeds", "subgraph_bound")  # retriever fields a sweep can search
 
 
 @dataclass
@@ -79,6 +81,7 @@ class SweepConfig:
 
     trials: int = 30  # finished (complete or pruned) trials the study should reach
     objective: str = "recall@5"
+    break_ties: bool = True  # order trials that tie on the objective by its partner metric (TIE_BREAKS)
     storage: str = "sqlite:///.hyperprove/optuna.db"
     study: str = "hyperprove"
     seed: int = 0
@@ -87,22 +90,65 @@ class SweepConfig:
     theta: list[float] = field(default_factory=lambda: [0.0, 0.5])
     depth: list[int] = field(default_factory=lambda: [1, 4])  # L
     top_k: list[int] = field(default_factory=lambda: [2, 12])  # K
+    n_seeds: list[int] | None = None  # also sweep the dense seeds per hop (step 6) in this range
+    subgraph_bound: list[int] | None = None  # also sweep the local subgraph's size (step 7) in this range
     best_out: str | None = None  # experiment config to write with the best parameters
+    validate: str | None = None  # held-out questions (e.g. dev) to score the best and the starting parameters on
+
+    @property
+    def tie_break(self) -> str | None:
+        return TIE_BREAKS[self.objective] if self.break_ties else None
 
     def __post_init__(self) -> None:
         if self.objective not in SWEEP_OBJECTIVES:
             raise HyperProveError(f"sweep config: objective={self.objective!r} must be one of {', '.join(SWEEP_OBJECTIVES)}")
         if self.trials < 1 or self.chunk < 1:
             raise HyperProveError("sweep config: trials and chunk must be >= 1")
-        for name in ("alpha", "theta", "depth", "top_k"):
+        for name in SWEPT:
             low_high = getattr(self, name)
-            if len(low_high) != 2 or low_high[0] > low_high[1]:
+            if low_high is None and name in ("n_seeds", "subgraph_bound"):
+                continue
+            if not isinstance(low_high, list) or len(low_high) != 2 or low_high[0] > low_high[1]:
                 raise HyperProveError(f"sweep config: {name}={low_high!r} must be [low, high] with low <= high")
+
+
+COMPILE_TARGETS = ("decompose", "rewrite", "program")
+COMPILE_OPTIMIZERS = ("bootstrap", "mipro", "gepa")
+
+
+@dataclass
+class CompileConfig:
+    """What `hyperprove compile` optimises, with which DSPy optimizer, on which questions."""
+
+    questions: str | None = None  # training questions JSON
+    corpus: str | None = None  # the corpus they refer to (indexed for the `program` target)
+    target: str = "decompose"  # decompose | rewrite (supervised by gold decompositions) | program (answer F1)
+    optimizer: str = "bootstrap"  # bootstrap (BootstrapFewShot) | mipro (MIPROv2) | gepa (GEPA)
+    train: int = 20  # the first N examples to compile on
+    val: int = 20  # the next N, scored before and after
+    max_bootstrapped_demos: int = 2
+    max_labeled_demos: int = 2  # gold examples as demonstrations (decompose, rewrite)
+    threshold: float | None = None  # grade a bootstrapped trace must reach (default: the target's)
+    auto: str = "light"  # MIPROv2 / GEPA budget
+    prompt_lm: str | None = None  # LiteLLM id proposing instructions (MIPROv2) or reflecting (GEPA); default: the LM
+    seed: int = 0
+    out: str | None = None  # compiled program JSON (default .hyperprove/programs/<target>-<optimizer>-<time>.json)
+
+    def __post_init__(self) -> None:
+        if self.target not in COMPILE_TARGETS:
+            raise HyperProveError(f"compile config: target={self.target!r} must be one of {', '.join(COMPILE_TARGETS)}")
+        if self.optimizer not in COMPILE_OPTIMIZERS:
+            raise HyperProveError(f"compile config: optimizer={self.optimizer!r} must be one of {', '.join(COMPILE_OPTIMIZERS)}")
+        if self.auto not in ("light", "medium", "heavy"):
+            raise HyperProveError(f"compile config: auto={self.auto!r} must be light, medium or heavy")
+        if self.train < 1 or self.val < 0 or self.max_bootstrapped_demos < 0 or self.max_labeled_demos < 0:
+            raise HyperProveError("compile config: train >= 1; val, max_bootstrapped_demos and max_labeled_demos >= 0")
 
 
 _SECTIONS = {
     "retriever": RetrieverConfig, "index": IndexConfig, "lm": LMConfig, "program": ProgramConfig,
     "evaluation": EvaluationConfig, "tracking": TrackingConfig, "sweep": SweepConfig,
+    "compile": CompileConfig,
 }
 
 
@@ -117,6 +163,7 @@ class HyperProveConfig:
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
+    compile: CompileConfig = field(default_factory=CompileConfig)
     cache_dir: str = ".hyperprove/cache"
 
     def to_dict(self) -> dict:

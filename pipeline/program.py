@@ -37,6 +37,7 @@ class ProgramConfig:
 
     max_hops: int = 4  # longer decompositions count as failed
     carry: str = "supporting"  # "supporting" (the hop reader's cited facts) or "top_k"
+    compiled: str | None = None  # compiled program JSON (`hyperprove compile`); None: the built-in demonstrations
 
     def __post_init__(self) -> None:
         if self.max_hops < 1:
@@ -48,7 +49,8 @@ class ProgramConfig:
 class HyperProve(dspy.Module):
     """Question -> answer and the evidence chain (per hop: sub-question, query, facts, answer)."""
 
-    def __init__(self, retriever: HypergraphRetriever, config: ProgramConfig | None = None):
+    def __init__(self, retriever: HypergraphRetriever | None, config: ProgramConfig | None = None):
+        """`retriever=None` gives the LM steps alone: enough to compile, save and load them."""
         super().__init__()
         self.config = config or ProgramConfig()
         self.decompose = Decomposer()
@@ -58,6 +60,8 @@ class HyperProve(dspy.Module):
         self.retriever = retriever
 
     def forward(self, question: str) -> dspy.Prediction:
+        if self.retriever is None:
+            raise HyperProveError("this HyperProve program has no retriever: it was built to compile or save its LM steps")
         fallbacks: list[str] = []
         try:
             sub_questions = self.decompose(question=question, max_hops=self.config.max_hops).sub_questions

@@ -130,6 +130,7 @@ class ScriptedSession:
         self.lm = DummyLM(self.answers)
         self.lm.callbacks = [self.counter]
         dspy.configure(lm=self.lm)
+        ScriptedSession.last = self
 
     def calls(self):
         return self.counter.calls
@@ -281,3 +282,70 @@ def test_reproduce_reruns_a_tracked_run_and_refuses_changed_data(files, capsys, 
     assert err == f"error: {files / 'corpus.json'}: differs from the corpus run {first['mlflow_run']} was evaluated on (sha256 mismatch); not reproducing\n"
     code, _, err = run(capsys, "reproduce", "0" * 32, "--tracking-uri", uri)
     assert code == 2 and err == f"error: run {'0' * 32}: not in the tracking store {uri}\n"
+
+
+TRAIN = [
+    {"id": "t1", "question": "Who was the mother of the director of Jaws?", "answer": "Leah Adler", "gold_passages": [0, 1],
+     "decomposition": [{"question": "Who directed Jaws?", "answer": "Steven Spielberg", "passage": 0},
+                       {"question": "Who was the mother of #1?", "answer": "Leah Adler", "passage": 1}]},
+    {"id": "t2", "question": "Where did the director of Jaws' mother die?", "answer": "Los Angeles", "gold_passages": [0, 1, 2],
+     "decomposition": [{"question": "Who directed Jaws?", "answer": "Steven Spielberg", "passage": 0},
+                       {"question": "Who was the mother of #1?", "answer": "Leah Adler", "passage": 1},
+                       {"question": "Where did #2 die?", "answer": "Los Angeles", "passage": 2}]},
+    {**QUESTIONS[0], "id": "v1"},
+]
+
+
+def test_compile_decompose_then_evaluate_and_reproduce_with_the_compiled_program(files, capsys, scripted_cli, tmp_path):
+    (files / "train.json").write_text(json.dumps(TRAIN))
+    scripted_cli.answers = {
+        # t1: the gold decomposition (grade 1, bootstrapped); t2: one hop for three (grade < 0.6, rejected)
+        TRAIN[0]["question"]: {"sub_questions": ["Who directed Jaws?", "Who was the mother of #1?"]},
+        TRAIN[1]["question"]: {"sub_questions": [TRAIN[1]["question"]]},
+        # v1 (validation, and the evaluated question): "is" for "was" in step 2, grade (1 + 0.8 + 1) / 3
+        QUESTIONS[0]["question"]: {"sub_questions": ["Who directed Jaws?", "Who is the mother of #1?", "When did #2 die?"]},
+    }
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    program = tmp_path / "decompose.json"
+    code, out, _ = run(capsys, "compile", "--questions", files / "train.json", "--corpus", files / "corpus.json", "--train", 2, "--val", 1,
+                       "--demos", 1, "--labeled-demos", 1, "--out", program, "--tracking-uri", uri, "--cache-dir", tmp_path / "cache", "--json")
+    assert code == 0
+    report = json.loads(out.strip().splitlines()[-1])
+    assert (report["train_examples"], report["val_examples"], report["val_before"], report["val_after"]) == (2, 1, 93.33, 93.33)
+    assert report["demos"] == {"decompose.decompose": 2, "rewrite.rewrite": 2, "answer_hop.answer": 2, "generate.generate": 2}
+
+    from pipeline.program import HyperProve
+
+    loaded = HyperProve(None)
+    loaded.load(str(program))
+    bootstrapped, labeled = loaded.decompose.decompose.demos
+    assert (bootstrapped["question"], bootstrapped["sub_questions"]) == (TRAIN[0]["question"], ["Who directed Jaws?", "Who was the mother of #1?"])
+    assert (labeled["question"], labeled["sub_questions"]) == (TRAIN[1]["question"], [s["question"] for s in TRAIN[1]["decomposition"]])
+    assert loaded.rewrite.rewrite.demos[0]["sub_question"] == "Who is the mother of #1?"  # the built-in ones stay
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    compiled_run = client.get_run(report["mlflow_run"])
+    assert compiled_run.data.tags["hyperprove.kind"] == "compile" and compiled_run.data.params["compile.target"] == "decompose"
+    assert compiled_run.data.metrics["val_after"] == 93.33
+    assert {"decompose.json", "best_model.json", "trainset.json"} <= {a.path for a in client.list_artifacts(compiled_run.info.run_id)}
+
+    # The compiled program drives evaluate (its demonstrations are in the decompose prompt), travels
+    # with the run, and `reproduce` reruns with it.
+    scripted_cli.answers = two_hop_script(final_answer="2017")
+    code, out, _ = run(capsys, "evaluate", "--questions", files / "questions.json", "--corpus", files / "corpus.json", "--retriever", "hyperprove",
+                       "--decomposition", "lm", "--program", program, "--embedder", "test-hash", "--cache-dir", tmp_path / "cache",
+                       "--out", tmp_path / "first", "--tracking-uri", uri, "--json")
+    assert code == 0
+    first = json.loads(out.strip().splitlines()[-1])
+    assert first["retrievers"]["hyperprove"]["em"] == 100.0 and first["retrievers"]["hyperprove"]["questions_with_fallbacks"] == 0
+    (decompose_prompt,) = [str(call["messages"]) for call in scripted_cli.last.lm.history if "sub_questions ## ]]`" in str(call["messages"])]
+    assert TRAIN[0]["question"] in decompose_prompt and TRAIN[1]["question"] in decompose_prompt and "Spielberg Prize" not in decompose_prompt
+    results = json.loads((tmp_path / "first" / "results.json").read_text())
+    assert results["program_sha256"] == hashlib.sha256(program.read_bytes()).hexdigest()
+    assert results["config"]["program"]["compiled"] == str(program)
+    assert "program.json" in {a.path for a in client.list_artifacts(first["mlflow_run"])}
+    program.unlink()  # reproduce uses the program the run logged
+    code, out, _ = run(capsys, "reproduce", first["mlflow_run"], "--tracking-uri", uri, "--out", tmp_path / "again", "--json")
+    assert code == 0 and json.loads(out.strip().splitlines()[-1])["identical"] is True

@@ -33,17 +33,30 @@ def test_bad_fields_are_named(values, message):
 
 
 def test_every_shipped_experiment_config_loads_and_names_its_own_results_folder():
+    import json
     from pathlib import Path
 
     from experiments.harness import parse_systems
 
-    configs = sorted((Path(__file__).resolve().parents[1] / "experiments" / "configs").glob("*.json"))
-    assert len(configs) == 6
-    for path in configs:
-        config = HyperProveConfig.from_file(path)
-        assert config.evaluation.name == path.stem and config.evaluation.out == f"experiments/results/{path.stem}"
+    paths = sorted((Path(__file__).resolve().parents[1] / "experiments" / "configs").glob("*.json"))
+    configs = {path.stem: (HyperProveConfig.from_file(path), set(json.loads(path.read_text()))) for path in paths}
+    compiled = {config.compile.out for config, sections in configs.values() if "compile" in sections}
+    kinds = []
+    for stem, (config, sections) in configs.items():
+        if "compile" in sections:  # a compile writes a program, which evaluate configs then name
+            assert config.compile.out == f"experiments/programs/{stem}.json"
+            kinds.append("compile")
+            continue
+        assert config.evaluation.name == stem and config.evaluation.out == f"experiments/results/{stem}"
+        if "sweep" in sections:
+            assert config.evaluation.decomposition == "gold" and config.sweep.validate and config.sweep.trials >= 30
+            kinds.append("sweep")
+            continue
         assert parse_systems(config.evaluation.retrievers) == config.evaluation.retrievers
-        assert config.evaluation.decomposition == ("lm" if path.stem.endswith("lm60") else "gold")
+        assert config.evaluation.decomposition == ("lm" if "lm60" in stem else "gold")
+        assert config.program.compiled is None or config.program.compiled in compiled
+        kinds.append("evaluate")
+    assert sorted(kinds) == ["compile"] + ["evaluate"] * 7 + ["sweep"]
 
 
 def test_a_comma_list_of_retrievers_from_the_command_line():

@@ -32,3 +32,25 @@ def test_report_orders_runs_and_renders_each(tmp_path):
     assert "command: `hyperprove evaluate --config experiments/configs/musique-lm60.json`; 60 questions; commit 0123456789; MLflow run `abc`." in report
     assert "| hyperprove | 60 | 45.00 | 55.00 | – | – | – | – | – |" in report
     assert report.count("is ahead of the best baseline, dense 50.00 (+5.00).") == 3
+
+
+def test_a_sweep_is_rendered_with_its_held_out_check(tmp_path):
+    from experiments.report import render_sweep
+
+    sweep = {
+        "study": "s", "objective": "recall@5", "tie_break": "recall@2", "complete": 29, "pruned": 1, "n_questions": 40,
+        "questions": "train.json", "best_trial": 7, "git_commit": "0123456789abcdef", "mlflow_run": "xyz",
+        "config": {"evaluation": {"name": "musique-sweep", "description": "A sweep."}},
+        "start_params": {"alpha": 0.9, "theta": 0.05, "depth": 2, "top_k": 3},
+        "best_params": {"alpha": 0.8512, "theta": 0.0, "depth": 1, "top_k": 4},
+        "start_scores": {"recall@5": 84.79, "recall@2": 65.21}, "best_scores": {"recall@5": 85.42, "recall@2": 63.0},
+        "validation": {"questions": "dev.json", "n_questions": 60, "start_scores": {"recall@5": 79.58, "recall@2": 60.83},
+                       "best_scores": {"recall@5": 80.0, "recall@2": 61.25}},
+    }
+    lines = render_sweep(sweep, ["results/musique-sweep/history.png"])
+    assert lines[4] == ("command: `hyperprove sweep --config experiments/configs/musique-sweep.json`; 29 complete and 1 pruned trials "
+                        "on 40 questions of `train.json`; held out: 60 questions of `dev.json`; commit 0123456789; MLflow run `xyz`.")
+    assert "| configured (trial 0) | 0.900 | 0.050 | 2 | 3 | 84.79 | 65.21 | 79.58 | 60.83 |" in lines
+    assert "| best (trial 7) | 0.851 | 0.000 | 1 | 4 | 85.42 | 63.00 | 80.00 | 61.25 |" in lines
+    assert "Held out, the best parameters' recall@5 80.00 is above the configured parameters' 79.58 (+0.42)." in lines
+    assert "Plots: [history](results/musique-sweep/history.png)." in lines

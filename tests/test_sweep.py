@@ -6,15 +6,15 @@ import statistics
 import pytest
 
 from modules.errors import HyperProveError
-from optimize.sweep import finished_trials, open_study, run_sweep, summary
+from optimize.sweep import TIE_WEIGHT, finished_trials, open_study, run_sweep, summary, trial_scores
 from pipeline.config import SweepConfig
 
 QUESTIONS = list(range(6))
 
 
 def alpha_score(params, chunk):
-    """A known objective: every question scores 1 - (alpha - 0.7)^2."""
-    return [1.0 - (params["alpha"] - 0.7) ** 2 for _ in chunk]
+    """A known objective: every question's Recall@5 is 1 - (alpha - 0.7)^2 (Recall@2 is 0)."""
+    return [{"recall@5": 1.0 - (params["alpha"] - 0.7) ** 2} for _ in chunk]
 
 
 def test_an_interrupted_sweep_continues_the_same_study(tmp_path):
@@ -42,7 +42,7 @@ def test_an_interrupted_sweep_continues_the_same_study(tmp_path):
 
 def test_pruned_trials_were_below_the_median_at_their_last_step(tmp_path):
     sweep = SweepConfig(trials=14, storage=f"sqlite:///{tmp_path}/optuna.db", study="p", chunk=2)
-    study = run_sweep(sweep, QUESTIONS, lambda params, chunk: [params["alpha"]] * len(chunk), progress=False)
+    study = run_sweep(sweep, QUESTIONS, lambda params, chunk: [{"recall@5": params["alpha"]}] * len(chunk), progress=False)
     from optuna.trial import TrialState
 
     pruned = [t for t in study.trials if t.state == TrialState.PRUNED]
@@ -74,15 +74,56 @@ def test_the_sweep_command_tracks_trials_and_writes_the_best_config(tmp_path, ca
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     argv = ["sweep", "--questions", tmp_path / "questions.json", "--corpus", tmp_path / "corpus.json", "--embedder", "test-hash",
             "--trials", "3", "--storage", f"sqlite:///{tmp_path}/optuna.db", "--study", "toy", "--cache-dir", tmp_path / "cache",
-            "--best-out", tmp_path / "best.json", "--tracking-uri", uri, "--json"]
+            "--best-out", tmp_path / "best.json", "--tracking-uri", uri, "--validate", tmp_path / "questions.json",
+            "--out", tmp_path / "sweep", "--json"]
     assert cli.main([str(a) for a in argv]) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["complete"] + result["pruned"] == 3 and result["trials"] == 3
+    # trial 0 is the configured retriever; scored again on the held-out set (here the same questions)
+    # both parameter sets give the values their trials gave
+    assert result["start_params"] == {"alpha": 0.9, "theta": 0.05, "depth": 2, "top_k": 3}
+    validation = result["validation"]
+    assert validation["start_scores"] == result["start_scores"] and validation["best_scores"] == result["best_scores"]
+    assert set(result["best_scores"]) == {"recall@5", "recall@2"}
+    recorded = json.loads((tmp_path / "sweep" / "sweep.json").read_text())
+    assert recorded["mlflow_run"] == result["mlflow_run"] and recorded["config"]["sweep"]["trials"] == 3
     best = json.loads((tmp_path / "best.json").read_text())
     assert {k: best["retriever"][k] for k in result["best_params"]} == result["best_params"]
     client = MlflowClient(tracking_uri=uri)
     parent = client.get_run(result["mlflow_run"])
-    assert parent.data.tags["hyperprove.kind"] == "sweep" and parent.data.metrics["best_recall_at_5"] == result["best_value"]
+    assert parent.data.tags["hyperprove.kind"] == "sweep" and parent.data.metrics["best.recall_at_5"] == result["best_scores"]["recall@5"]
     children = client.search_runs([parent.info.experiment_id], f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
     assert sorted(run.info.run_name for run in children) == ["trial-0", "trial-1", "trial-2"]
-    assert {a.path for a in client.list_artifacts(parent.info.run_id)} >= {"best.json", "history.png", "parallel_coordinates.png"}
+    assert client.search_runs([parent.info.experiment_id], f"attributes.run_name = 'trial-0'")[0].data.params == {
+        "alpha": "0.9", "theta": "0.05", "depth": "2", "top_k": "3"}
+    assert {a.path for a in client.list_artifacts(parent.info.run_id)} >= {"best.json", "sweep.json", "history.png", "parallel_coordinates.png"}
+
+
+def test_n_seeds_and_subgraph_bound_are_swept_only_when_given_a_range(tmp_path):
+    seen = []
+
+    def record(params, chunk):
+        seen.append(params)
+        return alpha_score(params, chunk)
+
+    run_sweep(SweepConfig(trials=3, storage=f"sqlite:///{tmp_path}/a.db", n_seeds=[5, 40]), QUESTIONS, record, progress=False)
+    assert {tuple(sorted(p)) for p in seen} == {("alpha", "depth", "n_seeds", "theta", "top_k")}
+    assert all(5 <= p["n_seeds"] <= 40 and 1 <= p["depth"] <= 4 and 2 <= p["top_k"] <= 12 for p in seen)
+    seen.clear()
+    run_sweep(SweepConfig(trials=2, storage=f"sqlite:///{tmp_path}/b.db"), QUESTIONS, record, progress=False)
+    assert {tuple(sorted(p)) for p in seen} == {("alpha", "depth", "theta", "top_k")}
+    with pytest.raises(HyperProveError, match=r"subgraph_bound=\[900, 300\] must be \[low, high\]"):
+        SweepConfig(subgraph_bound=[900, 300])
+
+
+def test_ties_on_the_objective_are_ordered_by_the_partner_metric(tmp_path):
+    rows = [{"recall@5": 1.0, "recall@2": 0.5}, {"recall@5": 0.5, "recall@2": 0.0}]
+    assert trial_scores(SweepConfig(), rows) == {"recall@5": 75.0, "recall@2": 25.0, "value": 75.0 + 25.0 * TIE_WEIGHT}
+    assert trial_scores(SweepConfig(break_ties=False), rows) == {"recall@5": 75.0, "value": 75.0}
+    assert SweepConfig(objective="f1").tie_break == "em"
+    # Recall@5 is flat; Recall@2 grows with alpha: the best trial is the one with the largest alpha.
+    plateau = lambda params, chunk: [{"recall@5": 0.8, "recall@2": params["alpha"]} for _ in chunk]  # noqa: E731
+    study = run_sweep(SweepConfig(trials=8, storage=f"sqlite:///{tmp_path}/t.db"), QUESTIONS, plateau, progress=False)
+    best = summary(study)
+    assert best["best_params"]["alpha"] == max(t.params["alpha"] for t in study.trials)
+    assert best["best_scores"] == {"recall@5": 80.0, "recall@2": round(100 * best["best_params"]["alpha"], 2)}

@@ -1,0 +1,202 @@
+"""Compiling the program's LM steps with a DSPy optimizer (`hyperprove compile`).
+
+A target names what is compiled and what it is graded against:
+- `decompose`: the Decomposer alone, supervised by MuSiQue's gold decompositions (step 4);
+- `rewrite`: the BridgeRewriter alone, on the gold sub-questions with "#k" and the gold answers
+  of the earlier steps, against the gold sub-question with the answers filled in (step 5);
+- `program`: the whole HyperProve program (every predictor) against answer F1.
+
+The optimizer is BootstrapFewShot, MIPROv2 or GEPA. Whatever is compiled, the result is loaded
+into a full HyperProve program and saved as its JSON state, so `ask`, `evaluate` and `demo` take
+it with `--program`. Compiled demonstrations replace the built-in ones of the predictors they
+cover; the other predictors keep theirs.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import dspy
+
+from experiments.data import Question
+from experiments.metrics import f1_score
+from modules.errors import HyperProveError
+from modules.steps import fill_references, references
+from pipeline.config import CompileConfig
+
+Grade = Callable[[dspy.Example, dspy.Prediction], tuple[float, str]]
+
+
+# --- training examples -----------------------------------------------------------------------------
+def decomposition_examples(questions: Sequence[Question]) -> list[dspy.Example]:
+    """question -> the gold sub-questions, "#k" kept (the field names of `Decompose`)."""
+    return [
+        dspy.Example(question=q.question, sub_questions=[step.question for step in q.decomposition]).with_inputs("question")
+        for q in questions
+        if q.decomposition
+    ]
+
+
+def rewrite_examples(questions: Sequence[Question]) -> list[dspy.Example]:
+    """Every gold sub-question with a reference, the gold answers before it, and its rewrite.
+
+    The examples also carry the predictor's own fields (`resolved`, `question`), so that an
+    optimizer can use them as labelled demonstrations.
+    """
+    examples = []
+    for q in questions:
+        answers = [step.answer for step in q.decomposition]
+        for position, step in enumerate(q.decomposition):
+            used = sorted(set(references(step.question)))
+            if not used or any(not 1 <= k <= position for k in used):
+                continue
+            examples.append(dspy.Example(
+                sub_question=step.question,
+                answers=answers[:position],
+                resolved=[f"#{k} = {answers[k - 1]}" for k in used],
+                question=fill_references(step.question, answers),
+            ).with_inputs("sub_question", "answers"))
+    return examples
+
+
+def answer_examples(questions: Sequence[Question]) -> list[dspy.Example]:
+    return [dspy.Example(question=q.question, answer=q.answer, aliases=list(q.answer_aliases)).with_inputs("question") for q in questions]
+
+
+# --- grades: a score in [0, 1] and a line of feedback (GEPA reads the feedback) ----------------------
+def token_f1(prediction: str, gold: str) -> float:
+    return f1_score(prediction, [gold])
+
+
+def grade_decomposition(example: dspy.Example, prediction: dspy.Prediction) -> tuple[float, str]:
+    """Mean token F1 of the sub-questions position by position, over the longer of the two lists:
+    a missing or extra hop scores 0."""
+    gold, got = list(example.sub_questions), list(prediction.sub_questions)
+    score = sum(token_f1(p, g) for p, g in zip(got, gold)) / max(len(gold), len(got))
+    hops = "the right number of hops" if len(got) == len(gold) else f"{len(got)} hops where {len(gold)} were needed"
+    return score, f"Gold sub-questions: {gold}. Yours: {got} ({hops}; token F1 {score:.2f})."
+
+
+def grade_rewrite(example: dspy.Example, prediction: dspy.Prediction) -> tuple[float, str]:
+    score = token_f1(prediction.query, example.question)
+    return score, f"Gold rewrite: {example.question!r}. Yours: {prediction.query!r} (token F1 {score:.2f})."
+
+
+def grade_answer(example: dspy.Example, prediction: dspy.Prediction) -> tuple[float, str]:
+    score = f1_score(prediction.answer, [example.answer, *example.get("aliases", [])])
+    return score, f"Gold answer: {example.answer!r}. Yours: {prediction.answer!r} (token F1 {score:.2f})."
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a compile optimises: which part of the program, on which examples, graded how."""
+
+    name: str
+    part: Callable[[dspy.Module], dspy.Module]
+    examples: Callable[[Sequence[Question]], list[dspy.Example]]
+    grade: Grade
+    threshold: float  # a bootstrapped trace is kept at or above this grade
+    labeled_demos: bool  # whether the examples can serve as demonstrations as they are
+
+
+TARGETS = {
+    "decompose": Target("decompose", lambda program: program.decompose, decomposition_examples, grade_decomposition, 0.6, True),
+    "rewrite": Target("rewrite", lambda program: program.rewrite, rewrite_examples, grade_rewrite, 0.8, True),
+    "program": Target("program", lambda program: program, answer_examples, grade_answer, 0.5, False),
+}
+
+
+def metric(grade: Grade, feedback: bool = False) -> Callable:
+    """A DSPy metric from a grade: the score, or (for GEPA) the score with its feedback."""
+
+    def score(example, prediction, trace=None, pred_name=None, pred_trace=None):
+        value, text = grade(example, prediction)
+        return dspy.Prediction(score=value, feedback=text) if feedback else value
+
+    return score
+
+
+def mean_grade(module: dspy.Module, examples: Sequence[dspy.Example], grade: Grade, progress: str | None = None) -> float:
+    """The mean grade in percent; an example the module fails on (malformed LM output) scores 0."""
+    from tqdm import tqdm
+
+    from pipeline.program import LM_FAILURES
+
+    total = 0.0
+    for example in tqdm(examples, desc=progress, unit="example", disable=progress is None):
+        try:
+            total += grade(example, module(**example.inputs()))[0]
+        except LM_FAILURES:
+            continue
+    return round(100 * total / len(examples), 2)
+
+
+def make_optimizer(settings: CompileConfig, target: Target, n_train: int, lm=None, prompt_lm=None, threads: int = 1):
+    """The configured DSPy optimizer, its metric built from the target's grade. `lm` answers
+    (the task model); `prompt_lm` proposes instructions (MIPROv2) or reflects (GEPA), default `lm`."""
+    prompt_lm = prompt_lm or lm
+    # DSPy's max_labeled_demos caps all demos of a predictor: bootstrapped ones first, then gold
+    # examples fill up to it. Ours counts the gold ones on top of the bootstrapped ones.
+    labeled = settings.max_bootstrapped_demos + (settings.max_labeled_demos if target.labeled_demos else 0)
+    threshold = settings.threshold if settings.threshold is not None else target.threshold
+    if settings.optimizer == "bootstrap":
+        return dspy.BootstrapFewShot(
+            metric=metric(target.grade), metric_threshold=threshold, max_bootstrapped_demos=settings.max_bootstrapped_demos,
+            max_labeled_demos=labeled, max_errors=n_train,  # a small model's malformed answers are expected
+        )
+    if settings.optimizer == "mipro":
+        return dspy.MIPROv2(
+            metric=metric(target.grade), prompt_model=prompt_lm, task_model=lm, auto=settings.auto, max_bootstrapped_demos=settings.max_bootstrapped_demos,
+            max_labeled_demos=labeled, num_threads=threads, seed=settings.seed, metric_threshold=threshold, max_errors=n_train,
+        )
+    if settings.optimizer == "gepa":
+        if prompt_lm is None:
+            raise HyperProveError("compile: GEPA needs a reflection LM")
+        return dspy.GEPA(metric=metric(target.grade, feedback=True), auto=settings.auto, reflection_lm=prompt_lm, num_threads=threads, seed=settings.seed)
+    raise HyperProveError(f"compile: unknown optimizer {settings.optimizer!r}")
+
+
+def split_examples(settings: CompileConfig, examples: list[dspy.Example]) -> tuple[list[dspy.Example], list[dspy.Example]]:
+    """The first `train` examples to compile on, the next `val` to score before and after."""
+    train, val = examples[: settings.train], examples[settings.train : settings.train + settings.val]
+    if not train:
+        raise HyperProveError(f"compile --target {settings.target}: no training examples in {settings.questions}"
+                              + (" (it needs gold decompositions: MuSiQue)" if settings.target != "program" else ""))
+    return train, val
+
+
+def save_program(program: dspy.Module, path: str | Path) -> None:
+    """The program's state as JSON (what `--program` loads), written atomically."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    scratch = path.with_name(f".{path.stem}.{os.getpid()}.json")
+    try:
+        program.save(str(scratch))
+        os.replace(scratch, path)
+    finally:
+        scratch.unlink(missing_ok=True)
+
+
+def compile_program(program: dspy.Module, settings: CompileConfig, questions: Sequence[Question], lm, prompt_lm=None, threads: int = 1) -> dict:
+    """Compile the target part of `program` in place; returns what happened (scores, demos, sizes)."""
+    target = TARGETS[settings.target]
+    train, val = split_examples(settings, target.examples(questions))
+    part = target.part(program)
+    before = mean_grade(part, val, target.grade, progress="val before") if val else None
+    optimizer = make_optimizer(settings, target, len(train), lm, prompt_lm, threads)
+    compile_args = {"valset": val} if val and settings.optimizer in ("mipro", "gepa") else {}
+    compiled = optimizer.compile(part.deepcopy(), trainset=train, **compile_args)
+    part.load_state(compiled.dump_state())  # into the full program, whose other predictors are untouched
+    after = mean_grade(part, val, target.grade, progress="val after") if val else None
+    return {
+        "target": target.name,
+        "optimizer": settings.optimizer,
+        "train_examples": len(train),
+        "val_examples": len(val),
+        "val_before": before,
+        "val_after": after,
+        "demos": {name: len(predictor.demos) for name, predictor in program.named_predictors()},
+    }
