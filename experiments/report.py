@@ -98,6 +98,23 @@ def render_sweep(sweep: dict, plots: Sequence[str] = ()) -> list[str]:
     return lines
 
 
+def compiled_program(run: dict) -> list[str]:
+    """For a run with a compiled program: how the program was made, from the record beside it."""
+    compiled = run.get("config", {}).get("program", {}).get("compiled")
+    if not compiled:
+        return []
+    path = ROOT / Path(compiled).with_suffix(".record.json")
+    if not path.is_file():
+        return [f"Program: `{compiled}` (no compile record beside it).", ""]
+    made = read_json(path, "compile record")
+    same = "" if made.get("program_sha256") == run.get("program_sha256") else " (the program has changed since this run)"
+    grades = (f"; its grade on {made['val_examples']} held-out training examples went from {made['val_before']:.2f} to "
+              f"{made['val_after']:.2f}") if made.get("val_examples") else ""
+    return [f"Program: `{compiled}`{same}, compiled by `hyperprove compile` ({made['target']} with {made['optimizer']}, "
+            f"{made['train_examples']} training examples, {made['lm_calls']} LM calls in {made['seconds']:.0f} s, "
+            f"commit {str(made.get('git_commit', '?'))[:10]}){grades}.", ""]
+
+
 def render(runs: list[dict], sweeps: Sequence[tuple[dict, list[str]]] = ()) -> str:
     lines = [
         "# HyperProve benchmark report",
@@ -122,6 +139,7 @@ def render(runs: list[dict], sweeps: Sequence[tuple[dict, list[str]]] = ()) -> s
         judged = verdict(run["systems"])
         if judged:
             lines += [judged, ""]
+        lines += compiled_program(run)
     for sweep, plots in sweeps:
         lines += render_sweep(sweep, plots)
     return "\n".join(lines)

@@ -430,7 +430,8 @@ def cmd_compile(args: argparse.Namespace) -> dict:
     from experiments.data import load_corpus, load_questions
     from experiments.harness import timestamp
     from optimize.compile import compile_program, save_program
-    from optimize.tracking import active_run_id, tracked_run
+    from optimize.tracking import active_run_id, git_state, tracked_run
+    from pipeline.files import atomic_write_json, sha256_file
     from pipeline.lm import make_lm
 
     config = _config(args)
@@ -450,7 +451,8 @@ def cmd_compile(args: argparse.Namespace) -> dict:
     prompt_lm = make_lm(config.with_overrides(lm={"model": settings.prompt_lm}).lm) if settings.prompt_lm else None
     out = Path(settings.out or Path(".hyperprove") / "programs" / f"{settings.target}-{settings.optimizer}-{timestamp()}.json")
     print(f"compile: {settings.target} with {settings.optimizer} on {settings.questions}, LM {session.id}", flush=True)
-    tags = {"hyperprove.kind": "compile", "hyperprove.lm": session.id}
+    source = git_state(REPOSITORY)
+    tags = {"hyperprove.kind": "compile", "hyperprove.lm": session.id, **source}
     with tracked_run(config.tracking, config.to_dict(), f"compile-{settings.target}-{settings.optimizer}", tags) as mlflow:
         if mlflow is not None:
             import mlflow.dspy  # the optimizer's settings, trainset, valset and compiled state go into this run
@@ -464,10 +466,13 @@ def cmd_compile(args: argparse.Namespace) -> dict:
             mlflow.log_metrics({f"val_{when}": report[f"val_{when}"] for when in ("before", "after") if report[f"val_{when}"] is not None})
             mlflow.log_artifact(str(out))
             report["mlflow_run"] = active_run_id(mlflow)
+        record = out.with_suffix(".record.json")  # what made the program, beside it (the report reads it)
+        atomic_write_json(record, {**report, "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), **source,
+                                   "program_sha256": sha256_file(out), "config": config.to_dict()})
     scores = f"; validation grade {report['val_before']} -> {report['val_after']} on {report['val_examples']} examples" if report["val_examples"] else ""
     print(f"compiled {settings.target} in {report['seconds']:.0f} s ({report['lm_calls']} LM calls){scores}")
     print(f"demos per predictor: {report['demos']}")
-    print(f"program written to {out}; use it with --program {out}")
+    print(f"program written to {out} (how it was made: {out.with_suffix('.record.json')}); use it with --program {out}")
     return report
 
 
@@ -604,6 +609,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--tracking-uri", help="MLflow tracking store (default sqlite:///.hyperprove/mlflow.db)")
     sweep.add_argument("--no-track", action="store_const", const=False, dest="track", help="do not log MLflow runs")
     _add_config_flags(sweep, retriever=False)
+    _add_program_flags(sweep)
     sweep.set_defaults(run=cmd_sweep)
 
     compile_ = commands.add_parser("compile", help="compile the LM steps with a DSPy optimizer on training questions; writes the program JSON")

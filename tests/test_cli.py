@@ -313,6 +313,9 @@ def test_compile_decompose_then_evaluate_and_reproduce_with_the_compiled_program
     report = json.loads(out.strip().splitlines()[-1])
     assert (report["train_examples"], report["val_examples"], report["val_before"], report["val_after"]) == (2, 1, 93.33, 93.33)
     assert report["demos"] == {"decompose.decompose": 2, "rewrite.rewrite": 2, "answer_hop.answer": 2, "generate.generate": 2}
+    record = json.loads((tmp_path / "decompose.record.json").read_text())
+    assert record["program_sha256"] == hashlib.sha256(program.read_bytes()).hexdigest() and record["val_after"] == 93.33
+    assert record["config"]["compile"]["target"] == "decompose"
 
     from pipeline.program import HyperProve
 
@@ -346,6 +349,11 @@ def test_compile_decompose_then_evaluate_and_reproduce_with_the_compiled_program
     assert results["program_sha256"] == hashlib.sha256(program.read_bytes()).hexdigest()
     assert results["config"]["program"]["compiled"] == str(program)
     assert "program.json" in {a.path for a in client.list_artifacts(first["mlflow_run"])}
+    from experiments.report import compiled_program
+
+    assert compiled_program(results)[0].startswith(f"Program: `{program}`, compiled by `hyperprove compile` (decompose with bootstrap, "
+                                                   "2 training examples, ")
+    assert compiled_program(results)[0].endswith("its grade on 1 held-out training examples went from 93.33 to 93.33.")
     program.unlink()  # reproduce uses the program the run logged
     code, out, _ = run(capsys, "reproduce", first["mlflow_run"], "--tracking-uri", uri, "--out", tmp_path / "again", "--json")
     assert code == 0 and json.loads(out.strip().splitlines()[-1])["identical"] is True
