@@ -111,7 +111,7 @@ def compiled_program(run: dict) -> list[str]:
     grades = (f"; its grade on {made['val_examples']} held-out training examples went from {made['val_before']:.2f} to "
               f"{made['val_after']:.2f}") if made.get("val_examples") else ""
     return [f"Program: `{compiled}`{same}, compiled by `hyperprove compile` ({made['target']} with {made['optimizer']}, "
-            f"{made['train_examples']} training examples, {made['lm_calls']} LM calls in {made['seconds']:.0f} s, "
+            f"{made['train_examples']} training examples, {made['lm_calls']} LM calls, "
             f"commit {str(made.get('git_commit', '?'))[:10]}){grades}.", ""]
 
 
