@@ -6,7 +6,8 @@
   the requested number of finished trials, so an interrupted sweep loses at most the trial in
   flight.
 - Each trial evaluates the questions in chunks and reports the running mean after each chunk,
-  so the median pruner can stop a poor trial early.
+  so the median pruner can stop a poor trial early; trial 0 of a new study is the configured
+  retriever, and ties on the objective are broken by its partner metric.
 - Tracking (when enabled): one MLflow parent run per invocation, one nested run per trial, and
   the history, importance and parallel-coordinate plots as artifacts of the parent.
 """
@@ -14,9 +15,12 @@
 from __future__ import annotations
 
 import math
+import statistics
 import warnings
 from pathlib import Path
 from typing import Callable, Sequence
+
+import optuna
 
 from modules.errors import HyperProveError
 from pipeline.config import SWEPT, SweepConfig
@@ -40,24 +44,42 @@ def starting_point(sweep: SweepConfig, retriever: dict) -> dict:
     return {name: retriever[name] for name in swept_names(sweep)}
 
 
-def open_study(sweep: SweepConfig):
-    import optuna
+class RunningMedianPruner(optuna.pruners.BasePruner):
+    """Stop a trial whose running mean at this step is below the median of the complete trials'
+    running means at the same step.
 
+    Optuna's MedianPruner compares the trial's *best* value over its steps instead; for a running
+    mean that lets one lucky first chunk shield a poor trial (in a 50-trial MuSiQue sweep it
+    pruned nothing, not even a trial at Recall@5 65 against a median near 84).
+    """
+
+    def __init__(self, n_startup_trials: int = 5, n_warmup_steps: int = 1):
+        self.n_startup_trials, self.n_warmup_steps = n_startup_trials, n_warmup_steps
+
+    def prune(self, study, trial) -> bool:
+        step = trial.last_step
+        if step is None or step < self.n_warmup_steps:
+            return False
+        complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+        at_step = [t.intermediate_values[step] for t in complete if step in t.intermediate_values]
+        if len(complete) < self.n_startup_trials or not at_step:
+            return False
+        return trial.intermediate_values[step] < statistics.median(at_step)
+
+
+def open_study(sweep: SweepConfig):
     from optimize.tracking import make_sqlite_folder
 
     make_sqlite_folder(sweep.storage)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     return optuna.create_study(
         storage=sweep.storage, study_name=sweep.study, direction="maximize", load_if_exists=True,
-        sampler=optuna.samplers.TPESampler(seed=sweep.seed),
-        pruner=optuna.pruners.MedianPruner(n_startup_trials=5, n_warmup_steps=1),
+        sampler=optuna.samplers.TPESampler(seed=sweep.seed), pruner=RunningMedianPruner(),
     )
 
 
 def finished_trials(study) -> int:
-    from optuna.trial import TrialState
-
-    return sum(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in study.trials)
+    return sum(t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED) for t in study.trials)
 
 
 TIE_WEIGHT = 0.001  # of the tie-break metric (0-100) in a trial's value: at most 0.1
@@ -91,8 +113,6 @@ def run_sweep(
     study's first trial is `start` (the configured parameters, when given), so the study records
     what the sweep has to beat. Each trial keeps the objective and the tie-break as user attributes.
     """
-    import optuna
-
     if not questions:
         raise HyperProveError("sweep: no questions to evaluate")
     study = open_study(sweep)
@@ -131,10 +151,8 @@ def mean_scores(sweep: SweepConfig, score_chunk: Callable[[dict, Sequence], list
 
 def trial_scores_of(study, params: dict) -> dict | None:
     """The objective and tie-break of the first complete trial with exactly these parameters."""
-    from optuna.trial import TrialState
-
     for trial in study.trials:
-        if trial.state == TrialState.COMPLETE and trial.params == params:
+        if trial.state == optuna.trial.TrialState.COMPLETE and trial.params == params:
             return {key: round(value, 2) for key, value in trial.user_attrs.items()}
     return None
 
@@ -173,15 +191,13 @@ def save_plots(study, directory: Path) -> list[Path]:
 
 
 def summary(study) -> dict:
-    from optuna.trial import TrialState
-
     states = [t.state for t in study.trials]
-    best = study.best_trial if any(s == TrialState.COMPLETE for s in states) else None
+    best = study.best_trial if any(s == optuna.trial.TrialState.COMPLETE for s in states) else None
     return {
         "study": study.study_name,
         "trials": len(states),
-        "complete": states.count(TrialState.COMPLETE),
-        "pruned": states.count(TrialState.PRUNED),
+        "complete": states.count(optuna.trial.TrialState.COMPLETE),
+        "pruned": states.count(optuna.trial.TrialState.PRUNED),
         "best_value": None if best is None or math.isnan(best.value) else round(best.value, 4),
         "best_scores": {key: round(value, 2) for key, value in best.user_attrs.items()} if best else {},
         "best_params": dict(best.params) if best else {},

@@ -127,3 +127,19 @@ def test_ties_on_the_objective_are_ordered_by_the_partner_metric(tmp_path):
     best = summary(study)
     assert best["best_params"]["alpha"] == max(t.params["alpha"] for t in study.trials)
     assert best["best_scores"] == {"recall@5": 80.0, "recall@2": round(100 * best["best_params"]["alpha"], 2)}
+
+
+def test_the_pruner_judges_the_running_mean_at_this_step_not_the_best_so_far():
+    import optuna
+
+    from optimize.sweep import RunningMedianPruner
+
+    study = optuna.create_study(direction="maximize")
+    for value in (80.0, 82.0, 84.0, 86.0, 88.0):  # five complete trials; median 84 at every step
+        study.add_trial(optuna.trial.create_trial(value=value, params={}, distributions={}, intermediate_values={0: value, 1: value}))
+    lucky_start = optuna.trial.create_trial(state=optuna.trial.TrialState.RUNNING, intermediate_values={0: 95.0, 1: 70.0})
+    steady = optuna.trial.create_trial(state=optuna.trial.TrialState.RUNNING, intermediate_values={0: 83.0, 1: 85.0})
+    assert RunningMedianPruner().prune(study, lucky_start) is True  # 70 < 84 at step 1
+    assert not optuna.pruners.MedianPruner(n_warmup_steps=1).prune(study, lucky_start)  # its best, 95, hides it
+    assert RunningMedianPruner().prune(study, steady) is False
+    assert RunningMedianPruner(n_startup_trials=6).prune(study, lucky_start) is False  # too few complete trials yet
