@@ -149,13 +149,15 @@ def make_optimizer(settings: CompileConfig, target: Target, n_train: int, lm=Non
         )
     if settings.optimizer == "mipro":
         return dspy.MIPROv2(
-            metric=metric(target.grade), prompt_model=prompt_lm, task_model=lm, auto=settings.auto, max_bootstrapped_demos=settings.max_bootstrapped_demos,
-            max_labeled_demos=labeled, num_threads=threads, seed=settings.seed, metric_threshold=threshold, max_errors=n_train,
+            metric=metric(target.grade), prompt_model=prompt_lm, task_model=lm, auto=settings.auto,
+            max_bootstrapped_demos=settings.max_bootstrapped_demos, max_labeled_demos=labeled, num_threads=threads,
+            seed=settings.seed, metric_threshold=threshold, max_errors=n_train,
         )
     if settings.optimizer == "gepa":
         if prompt_lm is None:
             raise HyperProveError("compile: GEPA needs a reflection LM")
-        return dspy.GEPA(metric=metric(target.grade, feedback=True), auto=settings.auto, reflection_lm=prompt_lm, num_threads=threads, seed=settings.seed)
+        return dspy.GEPA(metric=metric(target.grade, feedback=True), auto=settings.auto, reflection_lm=prompt_lm,
+                         num_threads=threads, seed=settings.seed)
     raise HyperProveError(f"compile: unknown optimizer {settings.optimizer!r}")
 
 
@@ -180,7 +182,8 @@ def save_program(program: dspy.Module, path: str | Path) -> None:
         scratch.unlink(missing_ok=True)
 
 
-def compile_program(program: dspy.Module, settings: CompileConfig, questions: Sequence[Question], lm, prompt_lm=None, threads: int = 1) -> dict:
+def compile_program(program: dspy.Module, settings: CompileConfig, questions: Sequence[Question], lm, prompt_lm=None,
+                    threads: int = 1) -> dict:
     """Compile the target part of `program` in place; returns what happened (scores, demos, sizes)."""
     target = TARGETS[settings.target]
     train, val = split_examples(settings, target.examples(questions))

@@ -36,7 +36,8 @@ def swept_names(sweep: SweepConfig) -> list[str]:
 
 def suggest(trial, sweep: SweepConfig) -> dict:
     """The retriever parameters of one trial."""
-    return {name: (trial.suggest_float if name in FLOATS else trial.suggest_int)(name, *getattr(sweep, name)) for name in swept_names(sweep)}
+    suggest_value = lambda name: (trial.suggest_float if name in FLOATS else trial.suggest_int)(name, *getattr(sweep, name))  # noqa: E731
+    return {name: suggest_value(name) for name in swept_names(sweep)}
 
 
 def starting_point(sweep: SweepConfig, retriever: dict) -> dict:

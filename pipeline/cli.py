@@ -354,6 +354,7 @@ def cmd_sweep(args: argparse.Namespace) -> dict:
     from optimize.tracking import active_run_id, git_state, metric_name, tracked_run
     from pipeline.files import atomic_write_json
 
+    source = git_state(REPOSITORY)  # the code that runs: taken now, not when the sweep ends
     config = _config(args)
     run, sweep = config.evaluation, config.sweep
     if not run.questions or not run.corpus:
@@ -387,7 +388,6 @@ def cmd_sweep(args: argparse.Namespace) -> dict:
     def shown(scores: dict | None) -> str:
         return ", ".join(f"{key} {value:.2f}" for key, value in (scores or {}).items()) or "not scored"
 
-    source = git_state(REPOSITORY)
     tags = {"hyperprove.kind": "sweep", "optuna.study": sweep.study, "optuna.storage": sweep.storage, **source}
     start = sweeping.starting_point(sweep, config.to_dict()["retriever"])
     with tracked_run(config.tracking, config.to_dict(), f"sweep-{sweep.study}", tags) as mlflow:
@@ -418,8 +418,10 @@ def cmd_sweep(args: argparse.Namespace) -> dict:
         if mlflow is not None:
             for path in [*plots, best_out, out / "sweep.json"]:
                 mlflow.log_artifact(str(path))
-            for prefix, scores in (("best", result["best_scores"]), ("start", result["start_scores"]),
-                                   *((f"validation_{k}", result["validation"][f"{k}_scores"]) for k in ("best", "start") if sweep.validate)):
+            scored = {"best": result["best_scores"], "start": result["start_scores"]}
+            if sweep.validate:
+                scored.update({f"validation_{kind}": result["validation"][f"{kind}_scores"] for kind in ("best", "start")})
+            for prefix, scores in scored.items():
                 mlflow.log_metrics({metric_name(prefix, key): value for key, value in (scores or {}).items()})
             result["mlflow_run"] = active_run_id(mlflow)
             atomic_write_json(out / "sweep.json", {**record, "mlflow_run": result["mlflow_run"]})
@@ -434,6 +436,7 @@ def cmd_compile(args: argparse.Namespace) -> dict:
     from pipeline.files import atomic_write_json, sha256_file
     from pipeline.lm import make_lm
 
+    source = git_state(REPOSITORY)
     config = _config(args)
     settings = config.compile
     if not settings.questions or not settings.corpus:
@@ -451,7 +454,6 @@ def cmd_compile(args: argparse.Namespace) -> dict:
     prompt_lm = make_lm(config.with_overrides(lm={"model": settings.prompt_lm}).lm) if settings.prompt_lm else None
     out = Path(settings.out or Path(".hyperprove") / "programs" / f"{settings.target}-{settings.optimizer}-{timestamp()}.json")
     print(f"compile: {settings.target} with {settings.optimizer} on {settings.questions}, LM {session.id}", flush=True)
-    source = git_state(REPOSITORY)
     tags = {"hyperprove.kind": "compile", "hyperprove.lm": session.id, **source}
     with tracked_run(config.tracking, config.to_dict(), f"compile-{settings.target}-{settings.optimizer}", tags) as mlflow:
         if mlflow is not None:
