@@ -443,6 +443,8 @@ def cmd_compile(args: argparse.Namespace) -> dict:
         raise HyperProveError("compile: give --questions and --corpus (or a --config with compile.questions and compile.corpus)")
     passages = load_corpus(settings.corpus)
     questions = load_questions(settings.questions, passages)
+    if settings.target != "program" and not any(q.decomposition for q in questions):
+        raise HyperProveError(f"{settings.questions}: --target {settings.target} needs gold decompositions (MuSiQue's); none found")
     session = LMSession(config)
     retriever = None  # decompose and rewrite are compiled without retrieval
     if settings.target == "program":

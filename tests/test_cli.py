@@ -296,6 +296,14 @@ TRAIN = [
 ]
 
 
+def test_compile_rejects_missing_files_and_questions_without_gold_decompositions(files, capsys, tmp_path):
+    code, _, err = run(capsys, "compile", "--corpus", files / "corpus.json")
+    assert code == 2 and err == "error: compile: give --questions and --corpus (or a --config with compile.questions and compile.corpus)\n"
+    (tmp_path / "plain.json").write_text(json.dumps([{**QUESTIONS[0], "decomposition": []}]))
+    code, _, err = run(capsys, "compile", "--questions", tmp_path / "plain.json", "--corpus", files / "corpus.json", "--target", "rewrite")
+    assert code == 2 and err == f"error: {tmp_path / 'plain.json'}: --target rewrite needs gold decompositions (MuSiQue's); none found\n"
+
+
 def test_compile_decompose_then_evaluate_and_reproduce_with_the_compiled_program(files, capsys, scripted_cli, tmp_path):
     (files / "train.json").write_text(json.dumps(TRAIN))
     scripted_cli.answers = {
