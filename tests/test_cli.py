@@ -365,3 +365,10 @@ def test_compile_decompose_then_evaluate_and_reproduce_with_the_compiled_program
     program.unlink()  # reproduce uses the program the run logged
     code, out, _ = run(capsys, "reproduce", first["mlflow_run"], "--tracking-uri", uri, "--out", tmp_path / "again", "--json")
     assert code == 0 and json.loads(out.strip().splitlines()[-1])["identical"] is True
+
+    # Untracked, a compile still writes the program and its record, and logs nothing.
+    code, out, _ = run(capsys, "compile", "--questions", files / "train.json", "--corpus", files / "corpus.json", "--train", 2, "--val", 0,
+                       "--out", tmp_path / "untracked.json", "--no-track", "--cache-dir", tmp_path / "cache", "--json")
+    assert code == 0 and "mlflow_run" not in json.loads(out.strip().splitlines()[-1])
+    assert json.loads((tmp_path / "untracked.record.json").read_text())["val_before"] is None
+    assert len(client.search_runs([compiled_run.info.experiment_id], "tags.`hyperprove.kind` = 'compile'")) == 1
