@@ -81,7 +81,8 @@ def render_sweep(sweep: dict, plots: Sequence[str] = ()) -> list[str]:
         f"{sweep['complete']} complete and {sweep['pruned']} pruned trials on {sweep['n_questions']} questions of `{sweep['questions']}`"]
         + ([f"held out: {held_out['n_questions']} questions of `{held_out['questions']}`"] if held_out else [])), ""]
     lines += ["| parameters | " + " | ".join(header) + " |", "|---" * (len(header) + 1) + "|"]
-    for label, params, kind in (("configured (trial 0)", sweep["start_params"], "start"), (f"best (trial {sweep['best_trial']})", sweep["best_params"], "best")):
+    rows = (("configured (trial 0)", sweep["start_params"], "start"), (f"best (trial {sweep['best_trial']})", sweep["best_params"], "best"))
+    for label, params, kind in rows:
         scored = sweep.get(f"{kind}_scores") or {}
         cells = [f"{params[key]:.3f}" if isinstance(params[key], float) else str(params[key]) for key, _ in SWEPT_COLUMNS if key in params]
         cells += [f"{scored.get(m, float('nan')):.2f}" for m in metrics]
@@ -92,27 +93,46 @@ def render_sweep(sweep: dict, plots: Sequence[str] = ()) -> list[str]:
     if held_out:
         best, start = held_out["best_scores"][sweep["objective"]], held_out["start_scores"][sweep["objective"]]
         position = "above" if best > start else "level with" if best == start else "below"
-        lines += [f"Held out, the best parameters' {sweep['objective']} {best:.2f} is {position} the configured parameters' {start:.2f} ({best - start:+.2f}).", ""]
+        lines += [f"Held out, the best parameters' {sweep['objective']} {best:.2f} is {position} the configured parameters' "
+                  f"{start:.2f} ({best - start:+.2f}).", ""]
     if plots:
         lines += ["Plots: " + ", ".join(f"[{Path(plot).stem}]({plot})" for plot in plots) + ".", ""]
     return lines
 
 
-def compiled_program(run: dict) -> list[str]:
-    """For a run with a compiled program: how the program was made, from the record beside it."""
+def same_setting(a: dict, b: dict) -> bool:
+    """The same questions, corpus, decomposition, retriever and index: only the program may differ."""
+    ca, cb = a.get("config", {}), b.get("config", {})
+    keys = ("questions", "corpus", "limit", "decomposition")
+    return (all(ca.get("evaluation", {}).get(k) == cb.get("evaluation", {}).get(k) for k in keys)
+            and all(ca.get(section) == cb.get(section) for section in ("retriever", "index")))
+
+
+def compiled_program(run: dict, runs: Sequence[dict] = ()) -> list[str]:
+    """For a run with a compiled program: how the program was made (from the record beside it),
+    and HyperProve's change against a run of the same setting with the built-in demonstrations."""
     compiled = run.get("config", {}).get("program", {}).get("compiled")
     if not compiled:
         return []
+    lines = []
+    for base in runs:
+        if base is not run and not base.get("config", {}).get("program", {}).get("compiled") and same_setting(run, base):
+            ours, theirs = run["systems"].get("hyperprove", {}), base["systems"].get("hyperprove", {})
+            metrics = (("recall@2", "R@2"), ("recall@5", "R@5"), ("em", "EM"), ("f1", "F1"))
+            deltas = [f"{label} {ours[key] - theirs[key]:+.2f}" for key, label in metrics if key in ours and key in theirs]
+            if deltas:
+                lines += [f"Against `{base['name']}` (the same setting, built-in demonstrations), hyperprove: {', '.join(deltas)}.", ""]
+            break
     path = ROOT / Path(compiled).with_suffix(".record.json")
     if not path.is_file():
-        return [f"Program: `{compiled}` (no compile record beside it).", ""]
+        return [f"Program: `{compiled}` (no compile record beside it).", "", *lines]
     made = read_json(path, "compile record")
     same = "" if made.get("program_sha256") == run.get("program_sha256") else " (the program has changed since this run)"
     grades = (f"; its grade on {made['val_examples']} held-out training examples went from {made['val_before']:.2f} to "
               f"{made['val_after']:.2f}") if made.get("val_examples") else ""
     return [f"Program: `{compiled}`{same}, compiled by `hyperprove compile` ({made['target']} with {made['optimizer']}, "
             f"{made['train_examples']} training examples, {made['lm_calls']} LM calls, "
-            f"commit {str(made.get('git_commit', '?'))[:10]}){grades}.", ""]
+            f"commit {str(made.get('git_commit', '?'))[:10]}){grades}.", "", *lines]
 
 
 def render(runs: list[dict], sweeps: Sequence[tuple[dict, list[str]]] = ()) -> str:
@@ -139,7 +159,7 @@ def render(runs: list[dict], sweeps: Sequence[tuple[dict, list[str]]] = ()) -> s
         judged = verdict(run["systems"])
         if judged:
             lines += [judged, ""]
-        lines += compiled_program(run)
+        lines += compiled_program(run, runs)
     for sweep, plots in sweeps:
         lines += render_sweep(sweep, plots)
     return "\n".join(lines)

@@ -54,3 +54,19 @@ def test_a_sweep_is_rendered_with_its_held_out_check(tmp_path):
     assert "| best (trial 7) | 0.851 | 0.000 | 1 | 4 | 85.42 | 63.00 | 80.00 | 61.25 |" in lines
     assert "Held out, the best parameters' recall@5 80.00 is above the configured parameters' 79.58 (+0.42)." in lines
     assert "Plots: [history](results/musique-sweep/history.png)." in lines
+
+
+def test_a_compiled_run_is_compared_with_the_same_setting_uncompiled():
+    from experiments.report import compiled_program
+
+    setting = {"evaluation": {"questions": "q.json", "corpus": "c.json", "limit": 60, "decomposition": "lm"},
+               "retriever": {"alpha": 0.9}, "index": {"extractor": "sentences"}}
+    base = {"name": "base", "config": {**setting, "program": {"compiled": None}},
+            "systems": {"hyperprove": {"recall@2": 45.56, "recall@5": 65.97, "em": 8.33, "f1": 14.14}}}
+    other = {"name": "other", "config": {**setting, "retriever": {"alpha": 0.5}, "program": {"compiled": None}}, "systems": {}}
+    compiled = {"name": "compiled", "config": {**setting, "program": {"compiled": "/nowhere/p.json"}},
+                "systems": {"hyperprove": {"recall@2": 48.06, "recall@5": 60.42, "em": 10.0, "f1": 15.1}}}
+    assert compiled_program(compiled, [other, base, compiled]) == [
+        "Program: `/nowhere/p.json` (no compile record beside it).", "",
+        "Against `base` (the same setting, built-in demonstrations), hyperprove: R@2 +2.50, R@5 -5.55, EM +1.67, F1 +0.96.", ""]
+    assert compiled_program(base, [base, compiled]) == []
