@@ -108,15 +108,20 @@ def same_setting(a: dict, b: dict) -> bool:
             and all(ca.get(section) == cb.get(section) for section in ("retriever", "index")))
 
 
+def program_of(run: dict) -> str | None:
+    """The compiled program a run used (None: the built-in demonstrations)."""
+    return run.get("config", {}).get("program", {}).get("compiled")
+
+
 def compiled_program(run: dict, runs: Sequence[dict] = ()) -> list[str]:
     """For a run with a compiled program: how the program was made (from the record beside it),
     and HyperProve's change against a run of the same setting with the built-in demonstrations."""
-    compiled = run.get("config", {}).get("program", {}).get("compiled")
+    compiled = program_of(run)
     if not compiled:
         return []
     lines = []
     for base in runs:
-        if base is not run and not base.get("config", {}).get("program", {}).get("compiled") and same_setting(run, base):
+        if base is not run and not program_of(base) and same_setting(run, base):
             ours, theirs = run["systems"].get("hyperprove", {}), base["systems"].get("hyperprove", {})
             metrics = (("recall@2", "R@2"), ("recall@5", "R@5"), ("em", "EM"), ("f1", "F1"))
             deltas = [f"{label} {ours[key] - theirs[key]:+.2f}" for key, label in metrics if key in ours and key in theirs]

@@ -90,8 +90,9 @@ def connect(tracking):
 
 @contextmanager
 def tracked_run(tracking, config: dict, run_name: str, tags: dict[str, str]):
-    """One MLflow run: the flat config as params, the git state and `tags` as tags. Yields mlflow
-    (the run is active; nested runs go into its experiment), or None when tracking is off."""
+    """One MLflow run: the flat config as params, `tags` as tags (callers include the git state
+    they took when their work started). Yields mlflow (the run is active; nested runs go into its
+    experiment), or None when tracking is off."""
     if not tracking.enabled:
         yield None
         return
@@ -101,7 +102,7 @@ def tracked_run(tracking, config: dict, run_name: str, tags: dict[str, str]):
     except Exception as error:  # noqa: BLE001 - any store failure is one line for the user
         raise HyperProveError(f"tracking store {tracking.uri}: {type(error).__name__}: {error}") from None
     with mlflow.start_run(experiment_id=experiment, run_name=run_name):
-        mlflow.set_tags({**git_state(Path(__file__).resolve().parents[1]), **tags})
+        mlflow.set_tags(tags)
         mlflow.log_params(flat_params(config))
         yield mlflow
 

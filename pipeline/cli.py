@@ -53,6 +53,13 @@ def _add_config_flags(parser: argparse.ArgumentParser, retriever: bool = True, e
     parser.add_argument("--json", action="store_true", help="end with one JSON object")
 
 
+def _add_tracking_flags(parser: argparse.ArgumentParser, logs: str | None = None) -> None:
+    """--tracking-uri, and --no-track for commands that log `logs` (one run, or runs)."""
+    parser.add_argument("--tracking-uri", help="MLflow tracking store (default sqlite:///.hyperprove/mlflow.db)")
+    if logs:
+        parser.add_argument("--no-track", action="store_const", const=False, dest="track", help=f"do not log {logs}")
+
+
 def _add_program_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--program", help="compiled program JSON (from `hyperprove compile`)")
     parser.add_argument("--max-hops", type=int, help="most sub-questions per question (default 4)")
@@ -410,9 +417,10 @@ def cmd_sweep(args: argparse.Namespace) -> dict:
                   f"configured ones {shown(result['validation']['start_scores'])}")
         out = Path(run.out or Path(".hyperprove") / "sweeps" / f"{sweep.study}-{timestamp()}")
         plots = sweeping.save_plots(study, out)
-        record = {**result, "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                  **source, "config": config.to_dict()}
-        atomic_write_json(out / "sweep.json", record)
+        if mlflow is not None:
+            result["mlflow_run"] = active_run_id(mlflow)
+        atomic_write_json(out / "sweep.json", {**result, "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                                               **source, "config": config.to_dict()})
         print(f"summary and plots in {out}/")
         result["out"] = str(out)
         if mlflow is not None:
@@ -423,8 +431,6 @@ def cmd_sweep(args: argparse.Namespace) -> dict:
                 scored.update({f"validation_{kind}": result["validation"][f"{kind}_scores"] for kind in ("best", "start")})
             for prefix, scores in scored.items():
                 mlflow.log_metrics({metric_name(prefix, key): value for key, value in (scores or {}).items()})
-            result["mlflow_run"] = active_run_id(mlflow)
-            atomic_write_json(out / "sweep.json", {**record, "mlflow_run": result["mlflow_run"]})
     return result
 
 
@@ -591,8 +597,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--read", action="store_const", const=True, help="with --decomposition lm: every other system's top 5 passages go to the same reader")
     evaluate.add_argument("--limit", type=int, help="evaluate the first N questions only")
     evaluate.add_argument("--out", help="results directory: results.md, results.json, predictions.json, index_manifest.json")
-    evaluate.add_argument("--tracking-uri", help="MLflow tracking store (default sqlite:///.hyperprove/mlflow.db)")
-    evaluate.add_argument("--no-track", action="store_const", const=False, dest="track", help="do not log an MLflow run")
+    _add_tracking_flags(evaluate, "an MLflow run")
     _add_config_flags(evaluate)
     _add_program_flags(evaluate)
     evaluate.set_defaults(run=cmd_evaluate)
@@ -610,8 +615,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--best-out", help="experiment config to write with the best parameters")
     sweep.add_argument("--validate", help="held-out questions (e.g. dev) to score the best and the configured parameters on afterwards")
     sweep.add_argument("--out", help="folder for sweep.json (summary, validation) and the plots")
-    sweep.add_argument("--tracking-uri", help="MLflow tracking store (default sqlite:///.hyperprove/mlflow.db)")
-    sweep.add_argument("--no-track", action="store_const", const=False, dest="track", help="do not log MLflow runs")
+    _add_tracking_flags(sweep, "MLflow runs")
     _add_config_flags(sweep, retriever=False)
     _add_program_flags(sweep)
     sweep.set_defaults(run=cmd_sweep)
@@ -631,15 +635,14 @@ def build_parser() -> argparse.ArgumentParser:
     compile_.add_argument("--prompt-lm", help="LiteLLM id that proposes instructions (MIPROv2) or reflects (GEPA); default: --lm")
     compile_.add_argument("--seed", type=int, help="optimizer seed (default 0)")
     compile_.add_argument("--out", help="compiled program JSON to write")
-    compile_.add_argument("--tracking-uri", help="MLflow tracking store (default sqlite:///.hyperprove/mlflow.db)")
-    compile_.add_argument("--no-track", action="store_const", const=False, dest="track", help="do not log an MLflow run")
+    _add_tracking_flags(compile_, "an MLflow run")
     _add_config_flags(compile_)
     _add_program_flags(compile_)
     compile_.set_defaults(run=cmd_compile)
 
     reproduce = commands.add_parser("reproduce", help="rerun a tracked evaluate run from its record and print the metric deltas")
     reproduce.add_argument("run_id", help="MLflow run id (printed by `hyperprove evaluate`, listed by `hyperprove ui`)")
-    reproduce.add_argument("--tracking-uri", help="MLflow tracking store (default sqlite:///.hyperprove/mlflow.db)")
+    _add_tracking_flags(reproduce)
     reproduce.add_argument("--cache-dir", help="cache dir to use instead of the recorded one (the LM cache makes a rerun exact)")
     reproduce.add_argument("--out", help="results directory of the reproduction")
     reproduce.add_argument("--json", action="store_true", help="end with one JSON object")
@@ -648,7 +651,7 @@ def build_parser() -> argparse.ArgumentParser:
     ui = commands.add_parser("ui", help="the MLflow UI over the project's tracking store (loopback, one worker)")
     ui.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine only)")
     ui.add_argument("--port", type=int, default=5000)
-    ui.add_argument("--tracking-uri", help="MLflow tracking store (default sqlite:///.hyperprove/mlflow.db)")
+    _add_tracking_flags(ui)
     ui.add_argument("--config", help="experiment config file (JSON) whose tracking section to use")
     ui.add_argument("--json", action="store_true", help="end with one JSON object")
     ui.set_defaults(run=cmd_ui)
