@@ -7,7 +7,8 @@ Each run directory comes from `hyperprove evaluate --config experiments/configs/
 report lists them (retrieval-only settings first), each with its command, commit, MLflow run,
 the table, and a line comparing HyperProve's Recall@5 with the best baseline's. Sweeps
 (`*/sweep.json`, from `hyperprove sweep --config ...`) follow: the configured and the best
-parameters, scored on the sweep's questions and on its held-out set.
+parameters, scored on the sweep's questions and on its held-out set, with their paired difference
+(a bootstrap interval says whether the best trial's margin is more than noise).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
 from experiments.harness import SYSTEMS, results_table  # noqa: E402
+from optimize.sweep import describe_difference  # noqa: E402
 from pipeline.files import atomic_write_bytes, read_json  # noqa: E402
 
 DATASET_ORDER = ("musique", "2wiki", "hotpotqa")
@@ -90,11 +92,14 @@ def render_sweep(sweep: dict, plots: Sequence[str] = ()) -> list[str]:
             cells += [f"{held_out[f'{kind}_scores'].get(m, float('nan')):.2f}" for m in metrics]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     lines.append("")
+    if sweep.get("difference"):
+        lines += [f"Best minus configured, question by question, where the sweep ran: {describe_difference(sweep['difference'])}.", ""]
     if held_out:
         best, start = held_out["best_scores"][sweep["objective"]], held_out["start_scores"][sweep["objective"]]
         position = "above" if best > start else "level with" if best == start else "below"
         lines += [f"Held out, the best parameters' {sweep['objective']} {best:.2f} is {position} the configured parameters' "
-                  f"{start:.2f} ({best - start:+.2f}).", ""]
+                  f"{start:.2f} ({best - start:+.2f})" + (f"; question by question: {describe_difference(held_out['difference'])}"
+                                                         if held_out.get("difference") else "") + ".", ""]
     if plots:
         lines += ["Plots: " + ", ".join(f"[{Path(plot).stem}]({plot})" for plot in plots) + ".", ""]
     return lines

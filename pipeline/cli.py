@@ -408,13 +408,15 @@ def cmd_sweep(args: argparse.Namespace) -> dict:
         print(f"study {sweep.study!r} in {sweep.storage}: {result['complete']} complete, {result['pruned']} pruned; best trial "
               f"{result['best_trial']}: {shown(result['best_scores'])} with {best_params} -> {best_out}; "
               f"the configured parameters: {shown(result['start_scores'])}")
+        # Is the best trial's margin more than the luck of picking the best of many on few questions?
+        result["difference"] = sweeping.compare(sweep, score_chunk, start, best_params, questions)["difference"]
+        print(f"best minus configured, question by question: {sweeping.describe_difference(result['difference'])}")
         if sweep.validate:  # the held-out check: do the best parameters beat the configured ones there?
             held_out = load_questions(sweep.validate, passages)
-            result["validation"] = {"questions": sweep.validate, "n_questions": len(held_out),
-                                    "start_scores": sweeping.mean_scores(sweep, score_chunk, start, held_out),
-                                    "best_scores": sweeping.mean_scores(sweep, score_chunk, best_params, held_out)}
+            result["validation"] = {"questions": sweep.validate, **sweeping.compare(sweep, score_chunk, start, best_params, held_out)}
             print(f"on {sweep.validate} ({len(held_out)} questions): best parameters {shown(result['validation']['best_scores'])}; "
-                  f"configured ones {shown(result['validation']['start_scores'])}")
+                  f"configured ones {shown(result['validation']['start_scores'])}; "
+                  f"best minus configured: {sweeping.describe_difference(result['validation']['difference'])}")
         out = Path(run.out or Path(".hyperprove") / "sweeps" / f"{sweep.study}-{timestamp()}")
         plots = sweeping.save_plots(study, out)
         if mlflow is not None:

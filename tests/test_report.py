@@ -53,6 +53,14 @@ def test_a_sweep_is_rendered_with_its_held_out_check(tmp_path):
     assert "| configured (trial 0) | 0.900 | 0.050 | 2 | 3 | 84.79 | 65.21 | 79.58 | 60.83 |" in lines
     assert "| best (trial 7) | 0.851 | 0.000 | 1 | 4 | 85.42 | 63.00 | 80.00 | 61.25 |" in lines
     assert "Held out, the best parameters' recall@5 80.00 is above the configured parameters' 79.58 (+0.42)." in lines
+    # with the paired differences a sweep now records
+    difference = {"metric": "recall@5", "mean": 0.42, "interval95": [-0.42, 1.25], "up": 2, "down": 1, "same": 57, "verdict": "within noise"}
+    lines = render_sweep({**sweep, "difference": {**difference, "mean": 0.63, "interval95": [0.0, 1.88], "down": 0, "same": 38},
+                          "validation": {**sweep["validation"], "difference": difference}}, ["results/musique-sweep/history.png"])
+    assert ("Best minus configured, question by question, where the sweep ran: recall@5 +0.63 (95% interval +0.00 to +1.88; "
+            "2 up, 0 down, 38 same): within noise.") in lines
+    assert ("Held out, the best parameters' recall@5 80.00 is above the configured parameters' 79.58 (+0.42); question by question: "
+            "recall@5 +0.42 (95% interval -0.42 to +1.25; 2 up, 1 down, 57 same): within noise.") in lines
     assert "Plots: [history](results/musique-sweep/history.png)." in lines
 
 

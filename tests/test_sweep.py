@@ -6,7 +6,7 @@ import statistics
 import pytest
 
 from modules.errors import HyperProveError
-from optimize.sweep import TIE_WEIGHT, finished_trials, open_study, run_sweep, summary, trial_scores
+from optimize.sweep import TIE_WEIGHT, finished_trials, open_study, paired_difference, run_sweep, summary, trial_scores
 from pipeline.config import SweepConfig
 
 QUESTIONS = list(range(6))
@@ -84,6 +84,11 @@ def test_the_sweep_command_tracks_trials_and_writes_the_best_config(tmp_path, ca
     assert result["start_params"] == {"alpha": 0.9, "theta": 0.05, "depth": 2, "top_k": 3}
     validation = result["validation"]
     assert validation["start_scores"] == result["start_scores"] and validation["best_scores"] == result["best_scores"]
+    # the paired difference is best minus configured, over the same questions either way
+    difference = result["difference"]
+    assert validation["difference"] == difference and difference["metric"] == "recall@5"
+    assert difference["up"] + difference["down"] + difference["same"] == len(QUESTIONS)
+    assert difference["mean"] == pytest.approx(result["best_scores"]["recall@5"] - result["start_scores"]["recall@5"], abs=0.011)
     assert set(result["best_scores"]) == {"recall@5", "recall@2"}
     recorded = json.loads((tmp_path / "sweep" / "sweep.json").read_text())
     assert recorded["mlflow_run"] == result["mlflow_run"] and recorded["config"]["sweep"]["trials"] == 3
@@ -143,3 +148,18 @@ def test_the_pruner_judges_the_running_mean_at_this_step_not_the_best_so_far():
     assert not optuna.pruners.MedianPruner(n_warmup_steps=1).prune(study, lucky_start)  # its best, 95, hides it
     assert RunningMedianPruner().prune(study, steady) is False
     assert RunningMedianPruner(n_startup_trials=6).prune(study, lucky_start) is False  # too few complete trials yet
+
+
+def test_the_paired_difference_worked_by_hand():
+    rows = lambda *values: [{"recall@5": v} for v in values]  # noqa: E731
+    # differences 0, +50, 0, +50: mean +25. A resample of four is all zeros (or all +50) with
+    # chance 1/16 > 2.5%, so the 95% interval is [0, 50] and includes 0.
+    difference = paired_difference(rows(1.0, 0.5, 0.0, 1.0), rows(1.0, 0.0, 0.0, 0.5), "recall@5")
+    assert difference == {"metric": "recall@5", "mean": 25.0, "interval95": [0.0, 50.0], "up": 2, "down": 0, "same": 2,
+                          "verdict": "within noise"}
+    # the same gain on every question: no resample can undo it
+    assert paired_difference(rows(0.5, 1.0, 0.5), rows(0.0, 0.5, 0.0), "recall@5")["interval95"] == [50.0, 50.0]
+    assert paired_difference(rows(0.5, 1.0, 0.5), rows(0.0, 0.5, 0.0), "recall@5")["verdict"] == "better"
+    assert paired_difference(rows(0.0, 0.5), rows(0.5, 1.0), "recall@5")["verdict"] == "worse"
+    with pytest.raises(HyperProveError, match="3 rows against 2"):
+        paired_difference(rows(1, 1, 1), rows(1, 1), "recall@5")
