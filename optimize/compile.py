@@ -134,6 +134,9 @@ def mean_grade(module: dspy.Module, examples: Sequence[dspy.Example], grade: Gra
     return round(100 * total / len(examples), 2)
 
 
+MIPRO_MINIBATCH = 35  # MIPROv2's minibatch size; it refuses a val set smaller than this unless told not to minibatch
+
+
 def make_optimizer(settings: CompileConfig, target: Target, n_train: int, lm=None, prompt_lm=None, threads: int = 1):
     """The configured DSPy optimizer, its metric built from the target's grade. `lm` answers
     (the task model); `prompt_lm` proposes instructions (MIPROv2) or reflects (GEPA), default `lm`."""
@@ -147,17 +150,19 @@ def make_optimizer(settings: CompileConfig, target: Target, n_train: int, lm=Non
             metric=metric(target.grade), metric_threshold=threshold, max_bootstrapped_demos=settings.max_bootstrapped_demos,
             max_labeled_demos=labeled, max_errors=n_train,  # a small model's malformed answers are expected
         )
+    # `budget` replaces DSPy's auto presets, which are hundreds of calls: too many for a local model.
+    auto = None if settings.budget else settings.auto
     if settings.optimizer == "mipro":
         return dspy.MIPROv2(
-            metric=metric(target.grade), prompt_model=prompt_lm, task_model=lm, auto=settings.auto,
+            metric=metric(target.grade), prompt_model=prompt_lm, task_model=lm, auto=auto, num_candidates=settings.budget,
             max_bootstrapped_demos=settings.max_bootstrapped_demos, max_labeled_demos=labeled, num_threads=threads,
             seed=settings.seed, metric_threshold=threshold, max_errors=n_train,
         )
     if settings.optimizer == "gepa":
         if prompt_lm is None:
             raise HyperProveError("compile: GEPA needs a reflection LM")
-        return dspy.GEPA(metric=metric(target.grade, feedback=True), auto=settings.auto, reflection_lm=prompt_lm,
-                         num_threads=threads, seed=settings.seed)
+        return dspy.GEPA(metric=metric(target.grade, feedback=True), auto=auto, max_metric_calls=settings.budget,
+                         reflection_lm=prompt_lm, num_threads=threads, seed=settings.seed)
     raise HyperProveError(f"compile: unknown optimizer {settings.optimizer!r}")
 
 
@@ -191,6 +196,10 @@ def compile_program(program: dspy.Module, settings: CompileConfig, questions: Se
     before = mean_grade(part, val, target.grade, progress="val before") if val else None
     optimizer = make_optimizer(settings, target, len(train), lm, prompt_lm, threads)
     compile_args = {"valset": val} if val and settings.optimizer in ("mipro", "gepa") else {}
+    if settings.optimizer == "mipro":
+        compile_args["minibatch"] = len(val) > MIPRO_MINIBATCH  # a small val set is scored whole on every trial
+        if settings.budget:
+            compile_args["num_trials"] = settings.budget
     compiled = optimizer.compile(part.deepcopy(), trainset=train, **compile_args)
     part.load_state(compiled.dump_state())  # into the full program, whose other predictors are untouched
     after = mean_grade(part, val, target.grade, progress="val after") if val else None

@@ -66,7 +66,7 @@ def _add_program_flags(parser: argparse.ArgumentParser) -> None:
 
 
 COMPILE_FLAGS = ("questions", "corpus", "target", "optimizer", "train", "val", "max_bootstrapped_demos", "max_labeled_demos",
-                 "threshold", "auto", "prompt_lm", "seed", "out")
+                 "threshold", "auto", "budget", "prompt_lm", "seed", "out")
 
 
 def _config(args: argparse.Namespace) -> HyperProveConfig:
@@ -634,6 +634,7 @@ def build_parser() -> argparse.ArgumentParser:
     compile_.add_argument("--labeled-demos", type=int, dest="max_labeled_demos", help="gold examples as demonstrations (default 2; decompose, rewrite)")
     compile_.add_argument("--threshold", type=float, help="grade a bootstrapped trace must reach (default: 0.6 decompose, 0.8 rewrite, 0.5 program)")
     compile_.add_argument("--auto", choices=["light", "medium", "heavy"], help="MIPROv2/GEPA budget (default light)")
+    compile_.add_argument("--budget", type=int, help="instead of --auto, a fixed small budget: GEPA's metric calls, or MIPROv2's candidates and trials")
     compile_.add_argument("--prompt-lm", help="LiteLLM id that proposes instructions (MIPROv2) or reflects (GEPA); default: --lm")
     compile_.add_argument("--seed", type=int, help="optimizer seed (default 0)")
     compile_.add_argument("--out", help="compiled program JSON to write")

@@ -130,6 +130,7 @@ class CompileConfig:
     max_labeled_demos: int = 2  # gold examples as demonstrations (decompose, rewrite)
     threshold: float | None = None  # grade a bootstrapped trace must reach (default: the target's)
     auto: str = "light"  # MIPROv2 / GEPA budget
+    budget: int | None = None  # instead of `auto`, a small fixed budget: GEPA's metric calls, MIPROv2's candidates and trials
     prompt_lm: str | None = None  # LiteLLM id proposing instructions (MIPROv2) or reflecting (GEPA); default: the LM
     seed: int = 0
     out: str | None = None  # compiled program JSON (default .hyperprove/programs/<target>-<optimizer>-<time>.json)
@@ -141,6 +142,8 @@ class CompileConfig:
             raise HyperProveError(f"compile config: optimizer={self.optimizer!r} must be one of {', '.join(COMPILE_OPTIMIZERS)}")
         if self.auto not in ("light", "medium", "heavy"):
             raise HyperProveError(f"compile config: auto={self.auto!r} must be light, medium or heavy")
+        if self.budget is not None and self.budget < 1:
+            raise HyperProveError(f"compile config: budget={self.budget!r} must be >= 1")
         if self.train < 1 or self.val < 0 or self.max_bootstrapped_demos < 0 or self.max_labeled_demos < 0:
             raise HyperProveError("compile config: train >= 1; val, max_bootstrapped_demos and max_labeled_demos >= 0")
 

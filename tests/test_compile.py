@@ -1,6 +1,9 @@
 """Compiling the LM steps: training examples from gold decompositions, grades worked by hand,
 and the optimizers built as configured."""
 
+import json
+import re
+
 import dspy
 import pytest
 
@@ -66,6 +69,11 @@ def test_optimizers_are_built_as_configured():
     assert isinstance(gepa, dspy.GEPA) and gepa.reflection_lm is lm and gepa.auto == "medium"  # reflects with the task LM
     with pytest.raises(HyperProveError, match="GEPA needs a reflection LM"):
         make_optimizer(CompileConfig(optimizer="gepa"), TARGETS["decompose"], 10)
+    # a fixed budget instead of the auto presets
+    gepa = make_optimizer(CompileConfig(optimizer="gepa", budget=40), TARGETS["decompose"], 10, lm=lm)
+    assert (gepa.auto, gepa.max_metric_calls) == (None, 40)
+    mipro = make_optimizer(CompileConfig(optimizer="mipro", budget=4), TARGETS["decompose"], 10, lm=lm)
+    assert (mipro.auto, mipro.num_candidates) == (None, 4)
 
 
 def test_compile_config_is_checked():
@@ -73,3 +81,68 @@ def test_compile_config_is_checked():
         HyperProveConfig.from_dict({"compile": {"target": "answers"}})
     with pytest.raises(HyperProveError, match="optimizer='copro' must be one of bootstrap, mipro, gepa"):
         CompileConfig(optimizer="copro")
+    with pytest.raises(HyperProveError, match="budget=0 must be >= 1"):
+        CompileConfig(budget=0)
+
+
+class FieldFillingEngine:
+    """A scripted `dspy.LM` engine for optimizers that write prompts: it fills whichever output
+    fields the prompt asks for with `reply(fields, system, user)`, in the format the prompt asks
+    for (DSPy's chat fields, or JSON when its JSON adapter falls back), so the proposer's and the
+    reflector's own signatures are answered without scripting their number or order."""
+
+    def __init__(self, reply):
+        self.reply = reply
+
+    def complete(self, request):
+        from dspy.lm15 import Message, Response, TextPart, Usage
+
+        system = request.system if isinstance(request.system, str) else "".join(part.text for part in request.system or ())
+        listed = system.split("Your output fields are:", 1)[1].split("All interactions", 1)[0]
+        values = self.reply(re.findall(r"^\d+\. `(\w+)`", listed, re.MULTILINE), system, request.messages[-1].text)
+        if "JSON object" in system:
+            text = json.dumps(values)
+        else:
+            text = "".join(f"[[ ## {name} ## ]]\n{value if isinstance(value, str) else json.dumps(value)}\n\n"
+                           for name, value in values.items()) + "[[ ## completed ## ]]"
+        return Response(id=None, model="scripted", message=Message.assistant([TextPart(text)]), finish_reason="stop", usage=Usage())
+
+
+TRAINING = [JAWS] + [
+    Question(id=f"q{n}", question=question, answer=answers[-1], decomposition=tuple(Step(s, a, None) for s, a in zip(steps, answers)))
+    for n, (question, steps, answers) in enumerate([
+        ("Who is the spouse of the Green performer?", ["Who performed Green?", "Who is the spouse of #1?"], ["Steve Hillage", "Miquette Giraudy"]),
+        ("In which county was Eric Carmen born?", ["Where was Eric Carmen born?", "In which county is #1?"], ["Cleveland", "Cuyahoga County"]),
+        ("Who founded the label of Hungry Eyes?", ["Which label released Hungry Eyes?", "Who founded #1?"], ["RCA Records", "David Sarnoff"]),
+    ], start=2)
+]
+MARK = "Give one sub-question per hop."  # what the scripted proposer writes; the task LM decomposes well only when told it
+
+
+def scripted_reply(fields, system, user):
+    if fields == ["sub_questions"]:  # the task: gold sub-questions under the proposed instruction, else the question whole
+        asked = next(q for q in TRAINING if q.question in user)
+        told = MARK in system
+        return {"sub_questions": [step.question for step in asked.decomposition] if told else [asked.question]}
+    return {name: MARK for name in fields}  # the proposer's or reflector's own fields
+
+
+@pytest.mark.parametrize("optimizer", ["gepa", "mipro"])
+def test_gepa_and_miprov2_compile_end_to_end_within_a_budget(optimizer):
+    """The prompt optimizers run through `compile_program` and keep the instruction that scores
+    better: the grade on the held-out examples goes from the one-hop decomposition's to 100."""
+    from optimize.compile import compile_program
+    from pipeline.program import HyperProve
+
+    lm = dspy.LM("scripted/field-filler", engine=FieldFillingEngine(scripted_reply), cache=False)
+    program = HyperProve(retriever=None)
+    settings = CompileConfig(optimizer=optimizer, train=2, val=2, budget=6 if optimizer == "mipro" else 20, max_bootstrapped_demos=0,
+                             max_labeled_demos=0)
+    with dspy.context(lm=lm):
+        report = compile_program(program, settings, TRAINING, lm)
+    # before: the question whole; graded against two gold sub-questions, the second scores 0
+    before = [grade_decomposition(example, dspy.Prediction(sub_questions=[example.question]))[0]
+              for example in decomposition_examples(TRAINING[2:])]
+    assert report["val_before"] == round(100 * sum(before) / 2, 2) and report["val_before"] < 50
+    assert report["val_after"] == 100.0
+    assert MARK in program.decompose.decompose.signature.instructions
