@@ -138,7 +138,8 @@ def compiled_program(run: dict, runs: Sequence[dict] = ()) -> list[str]:
         return [f"Program: `{compiled}` (no compile record beside it).", "", *lines]
     made = read_json(path, "compile record")
     same = "" if made.get("program_sha256") == run.get("program_sha256") else " (the program has changed since this run)"
-    grades = (f"; its grade on {made['val_examples']} held-out training examples went from {made['val_before']:.2f} to "
+    held_out = "training examples it also chose on" if made.get("val_selects") else "held-out training examples"
+    grades = (f"; its grade on {made['val_examples']} {held_out} went from {made['val_before']:.2f} to "
               f"{made['val_after']:.2f}") if made.get("val_examples") else ""
     return [f"Program: `{compiled}`{same}, compiled by `hyperprove compile` ({made['target']} with {made['optimizer']}, "
             f"{made['train_examples']} training examples, {made['lm_calls']} LM calls, "

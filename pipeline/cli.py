@@ -482,6 +482,8 @@ def cmd_compile(args: argparse.Namespace) -> dict:
         atomic_write_json(record, {**report, "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), **source,
                                    "program_sha256": sha256_file(out), "config": config.to_dict()})
     scores = f"; validation grade {report['val_before']} -> {report['val_after']} on {report['val_examples']} examples" if report["val_examples"] else ""
+    if report.get("val_selects"):
+        scores += f" ({settings.optimizer} also chose on them, so the second grade is optimistic: evaluate on dev to know)"
     print(f"compiled {settings.target} in {report['seconds']:.0f} s ({report['lm_calls']} LM calls){scores}")
     print(f"demos per predictor: {report['demos']}")
     print(f"program written to {out} (how it was made: {out.with_suffix('.record.json')}); use it with --program {out}")

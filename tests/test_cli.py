@@ -320,6 +320,7 @@ def test_compile_decompose_then_evaluate_and_reproduce_with_the_compiled_program
     assert code == 0
     report = json.loads(out.strip().splitlines()[-1])
     assert (report["train_examples"], report["val_examples"], report["val_before"], report["val_after"]) == (2, 1, 93.33, 93.33)
+    assert report["val_selects"] is False  # BootstrapFewShot never sees the val examples
     assert report["demos"] == {"decompose.decompose": 2, "rewrite.rewrite": 2, "answer_hop.answer": 2, "generate.generate": 2}
     record = json.loads((tmp_path / "decompose.record.json").read_text())
     assert record["program_sha256"] == hashlib.sha256(program.read_bytes()).hexdigest() and record["val_after"] == 93.33

@@ -78,3 +78,19 @@ def test_a_compiled_run_is_compared_with_the_same_setting_uncompiled():
         "Program: `/nowhere/p.json` (no compile record beside it).", "",
         "Against `base` (the same setting, built-in demonstrations), hyperprove: R@2 +2.50, R@5 -5.55, EM +1.67, F1 +0.96.", ""]
     assert compiled_program(base, [base, compiled]) == []
+
+
+def test_the_compile_record_says_whether_the_grade_was_held_out(tmp_path):
+    import json
+
+    from experiments.report import compiled_program
+
+    program = tmp_path / "p.json"
+    record = {"target": "decompose", "optimizer": "mipro", "train_examples": 20, "val_examples": 20, "val_before": 37.55,
+              "val_after": 48.35, "lm_calls": 300, "git_commit": "0123456789abcdef", "program_sha256": "abc"}
+    run = {"name": "compiled", "program_sha256": "abc", "config": {"program": {"compiled": str(program)}}, "systems": {}}
+    for selects, words in ((True, "training examples it also chose on"), (False, "held-out training examples")):
+        (tmp_path / "p.record.json").write_text(json.dumps({**record, "val_selects": selects}))
+        assert compiled_program(run, [run])[0] == (
+            f"Program: `{program}`, compiled by `hyperprove compile` (decompose with mipro, 20 training examples, 300 LM calls, "
+            f"commit 0123456789); its grade on 20 {words} went from 37.55 to 48.35.")
