@@ -373,3 +373,15 @@ def test_compile_decompose_then_evaluate_and_reproduce_with_the_compiled_program
     assert code == 0 and "mlflow_run" not in json.loads(out.strip().splitlines()[-1])
     assert json.loads((tmp_path / "untracked.record.json").read_text())["val_before"] is None
     assert len(client.search_runs([compiled_run.info.experiment_id], "tags.`hyperprove.kind` = 'compile'")) == 1
+
+
+def test_compile_flags_override_the_experiment_config():
+    from pathlib import Path
+
+    from pipeline.cli import _config, build_parser
+
+    shipped = Path(__file__).resolve().parents[1] / "experiments" / "configs" / "musique-compile-mipro.json"
+    args = build_parser().parse_args(["compile", "--config", str(shipped), "--optimizer", "gepa", "--budget", "7"])
+    settings = _config(args).compile
+    assert (settings.optimizer, settings.budget, settings.train, settings.val) == ("gepa", 7, 20, 20)  # the rest from the file
+    assert _config(build_parser().parse_args(["compile", "--config", str(shipped)])).compile.budget == 4
