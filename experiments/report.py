@@ -5,7 +5,8 @@
 
 Each run directory comes from `hyperprove evaluate --config experiments/configs/<name>.json`; the
 report lists them (retrieval-only settings first), each with its command, commit, MLflow run,
-the table, and a line comparing HyperProve's Recall@5 with the best baseline's. Sweeps
+the table, and a line comparing HyperProve's Recall@5 with the best baseline's; a run with a
+compiled program is compared with the same setting uncompiled, also question by question. Sweeps
 (`*/sweep.json`, from `hyperprove sweep --config ...`) follow: the configured and the best
 parameters, scored on the sweep's questions and on its held-out set, with their paired difference
 (a bootstrap interval says whether the best trial's margin is more than noise).
@@ -24,14 +25,14 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
 from experiments.harness import SYSTEMS, results_table  # noqa: E402
-from optimize.sweep import describe_difference  # noqa: E402
+from optimize.sweep import describe_difference, paired_difference  # noqa: E402
 from pipeline.files import atomic_write_bytes, read_json  # noqa: E402
 
 DATASET_ORDER = ("musique", "2wiki", "hotpotqa")
 
 
 def load_runs(directory: Path) -> list[dict]:
-    runs = [read_json(path, "results") for path in sorted(directory.glob("*/results.json"))]
+    runs = [{**read_json(path, "results"), "results_dir": str(path.parent)} for path in sorted(directory.glob("*/results.json"))]
 
     def order(run: dict) -> tuple:
         name = run.get("name", "")
@@ -118,6 +119,13 @@ def program_of(run: dict) -> str | None:
     return run.get("config", {}).get("program", {}).get("compiled")
 
 
+def hyperprove_rows(run: dict) -> list[dict] | None:
+    """HyperProve's per-question rows of a run (its predictions.json), in question-id order."""
+    path = Path(run.get("results_dir", "")) / "predictions.json"
+    rows = read_json(path, "predictions").get("hyperprove") if run.get("results_dir") and path.is_file() else None
+    return sorted(rows, key=lambda row: row["id"]) if rows else None
+
+
 def compiled_program(run: dict, runs: Sequence[dict] = ()) -> list[str]:
     """For a run with a compiled program: how the program was made (from the record beside it),
     and HyperProve's change against a run of the same setting with the built-in demonstrations."""
@@ -132,6 +140,10 @@ def compiled_program(run: dict, runs: Sequence[dict] = ()) -> list[str]:
             deltas = [f"{label} {ours[key] - theirs[key]:+.2f}" for key, label in metrics if key in ours and key in theirs]
             if deltas:
                 lines += [f"Against `{base['name']}` (the same setting, built-in demonstrations), hyperprove: {', '.join(deltas)}.", ""]
+            ours_rows, base_rows = hyperprove_rows(run), hyperprove_rows(base)
+            if ours_rows and base_rows and [r["id"] for r in ours_rows] == [r["id"] for r in base_rows]:
+                paired = [describe_difference(paired_difference(ours_rows, base_rows, key)) for key in ("recall@5", "f1") if key in ours_rows[0]]
+                lines += ["Question by question: " + "; ".join(paired) + ".", ""]
             break
     path = ROOT / Path(compiled).with_suffix(".record.json")
     if not path.is_file():

@@ -94,3 +94,23 @@ def test_the_compile_record_says_whether_the_grade_was_held_out(tmp_path):
         assert compiled_program(run, [run])[0] == (
             f"Program: `{program}`, compiled by `hyperprove compile` (decompose with mipro, 20 training examples, 300 LM calls, "
             f"commit 0123456789); its grade on 20 {words} went from 37.55 to 48.35.")
+
+
+def test_a_compiled_run_is_compared_question_by_question_when_predictions_are_there(tmp_path):
+    import json
+
+    from experiments.report import compiled_program
+
+    setting = {"evaluation": {"questions": "q.json", "corpus": "c.json", "limit": 2, "decomposition": "lm"}}
+    runs = []
+    for name, program, rows in (("base", None, [("a", 0.5, 0.0), ("b", 1.0, 1.0)]), ("compiled", "/nowhere/p.json", [("b", 1.0, 0.5), ("a", 1.0, 0.0)])):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "predictions.json").write_text(json.dumps(
+            {"hyperprove": [{"id": i, "recall@5": r5, "f1": f1} for i, r5, f1 in rows]}))
+        runs.append({"name": name, "results_dir": str(tmp_path / name), "config": {**setting, "program": {"compiled": program}},
+                     "systems": {"hyperprove": {"recall@5": 100 * sum(r[1] for r in rows) / 2, "f1": 100 * sum(r[2] for r in rows) / 2}}})
+    lines = compiled_program(runs[1], runs)
+    # matched by question id: recall@5 differences +50 (a) and 0 (b); f1 differences 0 (a) and -50 (b). A resample of two is
+    # both picks the same question with chance 1/2, so the intervals reach both ends.
+    assert lines[4] == ("Question by question: recall@5 +25.00 (95% interval +0.00 to +50.00; 1 up, 0 down, 1 same): within noise; "
+                        "f1 -25.00 (95% interval -50.00 to +0.00; 0 up, 1 down, 1 same): within noise.")
