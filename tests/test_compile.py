@@ -1,5 +1,5 @@
 """Compiling the LM steps: training examples from gold decompositions, grades worked by hand,
-and the optimizers built as configured."""
+the optimizers built as configured, and MIPROv2 and GEPA run end to end on a scripted LM."""
 
 import json
 import re
@@ -130,7 +130,7 @@ def scripted_reply(fields, system, user):
 @pytest.mark.parametrize("optimizer", ["gepa", "mipro"])
 def test_gepa_and_miprov2_compile_end_to_end_within_a_budget(optimizer):
     """The prompt optimizers run through `compile_program` and keep the instruction that scores
-    better: the grade on the held-out examples goes from the one-hop decomposition's to 100."""
+    better: the grade on the val examples goes from the one-hop decomposition's to 100."""
     from optimize.compile import compile_program
     from pipeline.program import HyperProve
 
