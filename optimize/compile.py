@@ -210,6 +210,6 @@ def compile_program(program: dspy.Module, settings: CompileConfig, questions: Se
         "val_examples": len(val),
         "val_before": before,
         "val_after": after,
-        "val_selects": bool(val) and "valset" in compile_args,  # the optimizer chose on val too: `val_after` is optimistic
+        "val_selects": "valset" in compile_args,  # the optimizer chose on val too: `val_after` is optimistic
         "demos": {name: len(predictor.demos) for name, predictor in program.named_predictors()},
     }

@@ -268,9 +268,8 @@ def run_evaluation(config: HyperProveConfig, tags: dict | None = None,
     """Evaluate the configured systems; `check_index` sees the index manifest before any question."""
     from experiments.data import load_corpus, load_questions
     from experiments.harness import PASSAGE_LEVEL, Workbench, evaluate_systems, parse_systems
-    from pipeline.index import load_index, read_manifest
-
     from optimize.tracking import git_state
+    from pipeline.index import load_index, read_manifest
 
     run = config.evaluation
     if not run.questions or not run.corpus:
