@@ -17,7 +17,8 @@ from pathlib import Path
 
 from modules.errors import HyperProveError
 from modules.facts import Passage
-from pipeline.files import read_json
+from modules.references import references
+from pipeline.corpus import json_field, read_json_list
 
 
 @dataclass(frozen=True)
@@ -38,38 +39,6 @@ class Question:
     type: str = ""
     gold_passages: tuple[int, ...] = ()
     decomposition: tuple[Step, ...] = ()
-
-
-def _read_json_list(path: Path, what: str) -> list:
-    value = read_json(path, what)
-    if not isinstance(value, list):
-        raise HyperProveError(f"{path}: a {what} file holds a JSON list, found {type(value).__name__}")
-    return value
-
-
-def _field(path: Path, position: int, item, name: str, kind: type | tuple, required: bool = True, default=None):
-    if not isinstance(item, dict):
-        raise HyperProveError(f"{path}: item {position} is not a JSON object")
-    if name not in item:
-        if required:
-            raise HyperProveError(f'{path}: item {position}: field "{name}" is missing')
-        return default
-    value = item[name]
-    if not isinstance(value, kind) or isinstance(value, bool):
-        expected = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-        raise HyperProveError(f'{path}: item {position}: field "{name}" must be {expected}, found {type(value).__name__}')
-    return value
-
-
-def load_corpus(path: str | Path) -> list[Passage]:
-    """A list of {"title", "text"} (HippoRAG's corpus files have the same shape); id = position."""
-    path = Path(path)
-    passages = []
-    for position, item in enumerate(_read_json_list(path, "corpus")):
-        passages.append(Passage(title=_field(path, position, item, "title", str), text=_field(path, position, item, "text", str)))
-    if not passages:
-        raise HyperProveError(f"{path}: the corpus is empty")
-    return passages
 
 
 def _squash(text: str) -> str:
@@ -94,7 +63,7 @@ class _PassageLookup:
 def load_questions(path: str | Path, corpus: list[Passage] | None = None) -> list[Question]:
     """Questions in the project schema, or HippoRAG's native files (then `corpus` is needed)."""
     path = Path(path)
-    items = _read_json_list(path, "questions")
+    items = read_json_list(path, "questions")
     if not items:
         raise HyperProveError(f"{path}: the question list is empty")
     native = isinstance(items[0], dict) and ("paragraphs" in items[0] or "context" in items[0])
@@ -102,15 +71,30 @@ def load_questions(path: str | Path, corpus: list[Passage] | None = None) -> lis
         raise HyperProveError(f"{path}: HippoRAG-format questions need the corpus to locate gold passages")
     lookup = _PassageLookup(corpus) if native else None
     n_passages = len(corpus) if corpus is not None else None
-    questions = [
-        (_native_question(path, k, item, lookup) if native else _schema_question(path, k, item, n_passages))
-        for k, item in enumerate(items)
-    ]
+    questions, first_seen = [], {}
+    for k, item in enumerate(items):
+        question = _native_question(path, k, item, lookup) if native else _schema_question(path, k, item, n_passages)
+        if not question.question.strip():
+            raise HyperProveError(f'{path}: item {k}: field "question" is empty')
+        earlier = first_seen.setdefault(question.id, k)
+        if earlier != k:
+            raise HyperProveError(f'{path}: items {earlier} and {k} have the same id {question.id!r}; ids name questions in results')
+        _check_references(path, k, question.decomposition)
+        questions.append(question)
     return questions
 
 
+def _check_references(path: Path, position: int, steps: tuple[Step, ...]) -> None:
+    """Step k's "#j" must name an earlier step: a reference to a missing or later one cannot be filled."""
+    for k, step in enumerate(steps):
+        for reference in references(step.question):
+            if not 1 <= reference <= k:
+                raise HyperProveError(f'{path}: item {position} decomposition[{k}]: "#{reference}" refers to no earlier step '
+                                      f"({step.question!r})")
+
+
 def _answer_text(path: Path, position: int, item: dict) -> str:
-    answer = _field(path, position, item, "answer", (str, list))
+    answer = json_field(path, position, item, "answer", (str, list))
     if isinstance(answer, list):
         if not answer or not all(isinstance(a, str) for a in answer):
             raise HyperProveError(f'{path}: item {position}: field "answer" must be a string or a list of strings')
@@ -119,23 +103,23 @@ def _answer_text(path: Path, position: int, item: dict) -> str:
 
 
 def _schema_question(path: Path, position: int, item, n_passages: int | None) -> Question:
-    gold = _field(path, position, item, "gold_passages", list, required=False, default=[])
+    gold = json_field(path, position, item, "gold_passages", list, required=False, default=[])
     for value in gold:
         if not isinstance(value, int) or isinstance(value, bool) or value < 0 or (n_passages is not None and value >= n_passages):
             raise HyperProveError(f'{path}: item {position}: field "gold_passages" holds {value!r}, not a corpus index')
     steps = []
-    for k, step in enumerate(_field(path, position, item, "decomposition", list, required=False, default=[])):
+    for k, step in enumerate(json_field(path, position, item, "decomposition", list, required=False, default=[])):
         where = f"{position} decomposition[{k}]"
         passage = step.get("passage") if isinstance(step, dict) else None
         steps.append(Step(
-            question=_field(path, where, step, "question", str),
-            answer=_field(path, where, step, "answer", str),
+            question=json_field(path, where, step, "question", str),
+            answer=json_field(path, where, step, "answer", str),
             passage=passage if isinstance(passage, int) else None,
         ))
-    aliases = _field(path, position, item, "answer_aliases", list, required=False, default=[])
+    aliases = json_field(path, position, item, "answer_aliases", list, required=False, default=[])
     return Question(
-        id=str(_field(path, position, item, "id", (str, int))),
-        question=_field(path, position, item, "question", str),
+        id=str(json_field(path, position, item, "id", (str, int))),
+        question=json_field(path, position, item, "question", str),
         answer=_answer_text(path, position, item),
         answer_aliases=tuple(a for a in aliases if isinstance(a, str)),
         type=str(item.get("type", "")),
@@ -146,7 +130,7 @@ def _schema_question(path: Path, position: int, item, n_passages: int | None) ->
 
 def _native_question(path: Path, position: int, item, lookup: _PassageLookup) -> Question:
     if "paragraphs" in item:  # MuSiQue
-        paragraphs = _field(path, position, item, "paragraphs", list)
+        paragraphs = json_field(path, position, item, "paragraphs", list)
         gold = [
             lookup.find(path, position, p.get("title", ""), p.get("paragraph_text", ""))
             for p in paragraphs if isinstance(p, dict) and p.get("is_supporting")
@@ -156,8 +140,8 @@ def _native_question(path: Path, position: int, item, lookup: _PassageLookup) ->
             for s in item.get("question_decomposition", []) if isinstance(s, dict)
         )
     else:  # 2WikiMultihopQA, HotpotQA
-        context = {entry[0]: entry[1] for entry in _field(path, position, item, "context", list) if isinstance(entry, list) and len(entry) == 2}
-        titles = dict.fromkeys(fact[0] for fact in _field(path, position, item, "supporting_facts", list))
+        context = {entry[0]: entry[1] for entry in json_field(path, position, item, "context", list) if isinstance(entry, list) and len(entry) == 2}
+        titles = dict.fromkeys(fact[0] for fact in json_field(path, position, item, "supporting_facts", list))
         gold = [lookup.find(path, position, title, "".join(context.get(title, []))) for title in titles]
         steps = ()
     identifier = item.get("id", item.get("_id"))
@@ -166,7 +150,7 @@ def _native_question(path: Path, position: int, item, lookup: _PassageLookup) ->
     aliases = item.get("answer_aliases", [])
     return Question(
         id=str(identifier),
-        question=_field(path, position, item, "question", str),
+        question=json_field(path, position, item, "question", str),
         answer=_answer_text(path, position, item),
         answer_aliases=tuple(a for a in aliases if isinstance(a, str)),
         type=str(item.get("type", "")),

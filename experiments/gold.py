@@ -21,8 +21,8 @@ import numpy as np
 from experiments.data import Question
 from experiments.metrics import mean_percent, recall_at_k
 from modules.errors import HyperProveError
+from modules.references import fill_references
 from modules.retriever import HypergraphRetriever, interleave_passages
-from modules.steps import fill_references
 from modules.vectors import VectorIndex
 
 

@@ -183,9 +183,14 @@ def evaluate_systems(
     return {name: results[name] for name in names}
 
 
+def iterative_dense(dense: DensePassageSearch, queries: Sequence[str]) -> list[int]:
+    """`dense-iterative`: dense passages for each sub-query, the hops interleaved rank by rank."""
+    return interleave_passages([dense(query) for query in queries])
+
+
 def _iterative_search(dense: DensePassageSearch, sub_queries: dict[str, list[str]]) -> Callable[[str], list[int]]:
     """Dense search on the sub-queries the program wrote for this question (keyed by its text)."""
-    return lambda question: interleave_passages([dense(q) for q in sub_queries.get(question, [question])])
+    return lambda question: iterative_dense(dense, sub_queries.get(question, [question]))
 
 
 def _ranker(bench: Workbench, name: str, decomposition: str, sub_queries: dict[str, list[str]]):
@@ -198,7 +203,7 @@ def _ranker(bench: Workbench, name: str, decomposition: str, sub_queries: dict[s
 
         def iterative(question: Question):
             queries = gold_sub_queries(question) if decomposition == "gold" else sub_queries.get(question.question, [question.question])
-            return interleave_passages([dense(q) for q in queries]), [{"query": q} for q in queries]
+            return iterative_dense(dense, queries), [{"query": q} for q in queries]
 
         return iterative
     search = bench.search(name)

@@ -25,14 +25,32 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
 from experiments.harness import SYSTEMS, results_table  # noqa: E402
-from optimize.sweep import describe_difference, paired_difference  # noqa: E402
+from experiments.stats import describe_difference, paired_difference  # noqa: E402
+from modules.config import TUNABLES  # noqa: E402
+from modules.errors import HyperProveError  # noqa: E402
 from pipeline.files import atomic_write_bytes, read_json  # noqa: E402
 
 DATASET_ORDER = ("musique", "2wiki", "hotpotqa")
 
 
+RUN_FIELDS = {"systems": dict}  # what the report reads of a results.json without a default
+SWEEP_FIELDS = {"config": dict, "study": str, "objective": str, "start_params": dict, "best_params": dict,
+                "complete": int, "pruned": int, "n_questions": int, "questions": str}
+
+
+def read_record(path: Path, what: str, needs: dict[str, type]) -> dict:
+    """A results.json or sweep.json, checked to hold what the report reads (one line if not)."""
+    record = read_json(path, what)
+    if not isinstance(record, dict):
+        raise HyperProveError(f"{path}: a {what} file holds one JSON object")
+    for key, kind in needs.items():
+        if not isinstance(record.get(key), kind):
+            raise HyperProveError(f"{path}: no {key!r} ({kind.__name__}); not written by `hyperprove {'sweep' if what == 'sweep' else 'evaluate'}`")
+    return record
+
+
 def load_runs(directory: Path) -> list[dict]:
-    runs = [{**read_json(path, "results"), "results_dir": str(path.parent)} for path in sorted(directory.glob("*/results.json"))]
+    runs = [{**read_record(path, "results", RUN_FIELDS), "results_dir": str(path.parent)} for path in sorted(directory.glob("*/results.json"))]
 
     def order(run: dict) -> tuple:
         name = run.get("name", "")
@@ -55,7 +73,7 @@ def verdict(systems: dict[str, dict]) -> str:
             f"{best} {others[best]:.2f} ({gap:+.2f}).")
 
 
-SWEPT_COLUMNS = (("alpha", "alpha"), ("theta", "theta"), ("depth", "L"), ("top_k", "K"), ("n_seeds", "seeds"), ("subgraph_bound", "bound"))
+SWEPT_COLUMNS = tuple((name, tunable.label) for name, tunable in TUNABLES.items())
 
 
 def _facts(record: dict, command: str, extra: list[str]) -> str:
@@ -193,13 +211,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", default=str(ROOT / "experiments" / "results"))
     parser.add_argument("--out", default=str(ROOT / "experiments" / "REPORT.md"))
     args = parser.parse_args(argv)
-    runs = load_runs(Path(args.results))
+    try:
+        runs = load_runs(Path(args.results))
+        report_dir = Path(args.out).resolve().parent
+        sweeps = [(read_record(path, "sweep", SWEEP_FIELDS), [os.path.relpath(png, report_dir) for png in sorted(path.parent.glob("*.png"))])
+                  for path in sorted(Path(args.results).resolve().glob("*/sweep.json"))]
+    except HyperProveError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     if not runs:
         print(f"error: no results.json under {args.results}", file=sys.stderr)
         return 2
-    report_dir = Path(args.out).resolve().parent
-    sweeps = [(read_json(path, "sweep"), [os.path.relpath(png, report_dir) for png in sorted(path.parent.glob("*.png"))])
-              for path in sorted(Path(args.results).resolve().glob("*/sweep.json"))]
     atomic_write_bytes(Path(args.out), render(runs, sweeps).encode())
     print(f"{args.out}: {len(runs)} evaluate runs, {len(sweeps)} sweeps")
     return 0

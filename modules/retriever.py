@@ -17,7 +17,7 @@ Choices where METHOD.md leaves the paper silent:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import dspy
@@ -25,50 +25,11 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import dijkstra
 
+from modules.config import RetrieverConfig
 from modules.errors import HyperProveError
 from modules.facts import ScoredFact
 from modules.hypergraph import Hypergraph
 from modules.vectors import VectorIndex
-
-
-@dataclass
-class RetrieverConfig:
-    """The hyperparameters of steps 6-9 (alpha, theta, L, K and the bounds of the search)."""
-
-    alpha: float = 0.9  # step 9: weight of the dense cosine against struct (chosen on MuSiQue train)
-    theta: float = 0.05  # step 8: keep transitions T*[i,j] > theta
-    depth: int = 2  # step 8: L, breadth-first steps from the seeds
-    top_k: int = 3  # step 9: K facts added to the frontier per hop
-    n_seeds: int = 10  # step 6: dense entry facts per hop
-    subgraph_bound: int = 600  # step 7: facts in the local subgraph G*_t
-    walk_steps: int = 2  # step 7: random-walk steps that rank facts for G*_t
-    push_epsilon: float = 1e-5  # step 7: smallest per-fact mass an entity or passage spreads
-
-    def __post_init__(self) -> None:
-        checks = {
-            "alpha": 0.0 <= self.alpha <= 1.0,
-            "theta": 0.0 <= self.theta < 1.0,
-            "depth": self.depth >= 0,
-            "top_k": self.top_k >= 1,
-            "n_seeds": self.n_seeds >= 1,
-            "subgraph_bound": self.subgraph_bound >= 1,
-            "walk_steps": self.walk_steps >= 0,
-            "push_epsilon": self.push_epsilon >= 0.0,
-        }
-        for name, ok in checks.items():
-            if not ok:
-                raise HyperProveError(f"retriever config: {name}={getattr(self, name)!r} is out of range")
-
-    @classmethod
-    def from_dict(cls, values: dict) -> "RetrieverConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise HyperProveError(f"retriever config: unknown field {unknown[0]!r} (known: {', '.join(sorted(known))})")
-        return cls(**values)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 @dataclass

@@ -16,27 +16,12 @@ import dspy
 
 from modules.errors import HyperProveError
 from modules.facts import ScoredFact
+from modules.references import REFERENCE, references
 from modules.signatures import AnswerHop, Decompose, ExtractedFact, ExtractFacts, GenerateAnswer, RewriteBridge
-
-REFERENCE = re.compile(r"#(\d+)")
 
 
 class MalformedOutput(HyperProveError):
     """The LM answered, but not in a usable shape."""
-
-
-def fill_references(sub_question: str, answers: Sequence[str]) -> str:
-    """Replace "#k" with the answer of step k (1-based); unknown references stay as written."""
-
-    def answer(match: re.Match) -> str:
-        k = int(match.group(1))
-        return answers[k - 1] if 1 <= k <= len(answers) else match.group(0)
-
-    return REFERENCE.sub(answer, sub_question)
-
-
-def references(text: str) -> list[int]:
-    return [int(k) for k in REFERENCE.findall(text)]
 
 
 # --- built-in demonstrations ---------------------------------------------------------------------

@@ -15,6 +15,7 @@ cover; the other predictors keep theirs.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -24,7 +25,7 @@ import dspy
 from experiments.data import Question
 from experiments.metrics import f1_score
 from modules.errors import HyperProveError
-from modules.steps import fill_references, references
+from modules.references import fill_references, references
 from pipeline.config import CompileConfig
 
 Grade = Callable[[dspy.Example, dspy.Prediction], tuple[float, str]]
@@ -176,15 +177,22 @@ def split_examples(settings: CompileConfig, examples: list[dspy.Example]) -> tup
 
 
 def save_program(program: dspy.Module, path: str | Path) -> None:
-    """The program's state as JSON (what `--program` loads), written atomically."""
+    """The program's state as JSON (what `--program` loads), written atomically: DSPy writes it
+    into a scratch folder named like every other scratch (see `pipeline.files.recover`)."""
+    import shutil
+
+    from pipeline.files import recover
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    scratch = path.with_name(f".{path.stem}.{os.getpid()}.json")
+    recover(path)
+    scratch = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    scratch.mkdir(exist_ok=True)
     try:
-        program.save(str(scratch))
-        os.replace(scratch, path)
+        program.save(str(scratch / "program.json"))
+        os.replace(scratch / "program.json", path)
     finally:
-        scratch.unlink(missing_ok=True)
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def compile_program(program: dspy.Module, settings: CompileConfig, questions: Sequence[Question], lm, prompt_lm=None,
@@ -213,3 +221,66 @@ def compile_program(program: dspy.Module, settings: CompileConfig, questions: Se
         "val_selects": "valset" in compile_args,  # the optimizer chose on val too: `val_after` is optimistic
         "demos": {name: len(predictor.demos) for name, predictor in program.named_predictors()},
     }
+
+
+def run_compile(config, runtime=None, log: Callable[[str], None] = print) -> dict:
+    """`hyperprove compile` as one function: compile the configured target, write the program and
+    its record (`<out>.record.json`, how it was made), and log one MLflow run."""
+    from experiments.data import load_questions
+    from experiments.harness import timestamp
+    from optimize.tracking import active_run_id, git_state, tracked_run
+    from pipeline.corpus import load_corpus
+    from pipeline.files import atomic_write_json, sha256_file
+    from pipeline.index import cached_index
+    from pipeline.lm import make_lm
+    from pipeline.program import program_for
+    from pipeline.runtime import Runtime
+
+    source = git_state()
+    settings = config.compile
+    if not settings.questions or not settings.corpus:
+        raise HyperProveError("compile: give --questions and --corpus (or a --config with compile.questions and compile.corpus)")
+    out = Path(settings.out or Path(".hyperprove") / "programs" / f"{settings.target}-{settings.optimizer}-{timestamp()}.json")
+    if out.is_dir():
+        raise HyperProveError(f"--out {out}: is a folder; name the program file to write")
+    passages = load_corpus(settings.corpus)
+    questions = load_questions(settings.questions, passages)
+    if settings.target != "program" and not any(q.decomposition for q in questions):
+        raise HyperProveError(f"{settings.questions}: --target {settings.target} needs gold decompositions (MuSiQue's); none found")
+    program = program_for(None, config)  # from --program, when given: compiling continues from it
+    runtime = runtime or Runtime(config)
+    session = runtime.session
+    if settings.target == "program":  # decompose and rewrite are compiled without retrieval
+        index, _ = cached_index(passages, config, runtime, log)
+        runtime.embedder.load()
+        program.retriever = index.retriever(config.retriever, runtime.embedder.encode_query)
+    prompt_lm = make_lm(config.with_overrides(lm={"model": settings.prompt_lm}).lm) if settings.prompt_lm else None
+    log(f"compile: {settings.target} with {settings.optimizer} on {settings.questions}, LM {session.id}")
+    tags = {"hyperprove.kind": "compile", "hyperprove.lm": session.id, **source}
+    with tracked_run(config.tracking, config.to_dict(), f"compile-{settings.target}-{settings.optimizer}", tags) as mlflow:
+        if mlflow is not None:
+            import mlflow.dspy  # the optimizer's settings, trainset, valset and compiled state go into this run
+
+            mlflow.dspy.autolog(log_compiles=True, log_traces=False, log_traces_from_compile=False, log_traces_from_eval=False, silent=True)
+        started = time.perf_counter()
+        report = compile_program(program, settings, questions, session.lm, prompt_lm, threads=config.lm.concurrency)
+        report.update(seconds=round(time.perf_counter() - started, 1), lm_calls=session.calls(), lm=session.id, program=str(out))
+        save_program(program, out)
+        if mlflow is not None:
+            mlflow.log_metrics({f"val_{when}": report[f"val_{when}"] for when in ("before", "after") if report[f"val_{when}"] is not None})
+            mlflow.log_artifact(str(out))
+            report["mlflow_run"] = active_run_id(mlflow)
+        atomic_write_json(record_path(out), {**report, "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), **source,
+                                             "program_sha256": sha256_file(out), "config": config.to_dict()})
+    scores = f"; validation grade {report['val_before']} -> {report['val_after']} on {report['val_examples']} examples" if report["val_examples"] else ""
+    if report.get("val_selects"):
+        scores += f" ({settings.optimizer} also chose on them, so the second grade is optimistic: evaluate on dev to know)"
+    log(f"compiled {settings.target} in {report['seconds']:.0f} s ({report['lm_calls']} LM calls){scores}")
+    log(f"demos per predictor: {report['demos']}")
+    log(f"program written to {out} (how it was made: {record_path(out)}); use it with --program {out}")
+    return report
+
+
+def record_path(program: Path) -> Path:
+    """Where the record of how a compiled program was made lies: beside it (the report reads it)."""
+    return Path(program).with_suffix(".record.json")

@@ -12,15 +12,19 @@ come from `TrackingConfig`, so a test or a shared server is one config value awa
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
+import os
 import platform
+import socket
 import subprocess
 from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 
 from modules.errors import HyperProveError
+from pipeline.files import process_alive
 
 PACKAGES = ("dspy", "mlflow", "optuna", "faiss-cpu", "sentence-transformers", "torch", "numpy", "scipy", "xllamacpp", "bm25s")
 
@@ -48,7 +52,11 @@ def metric_name(system: str, key: str) -> str:
     return f"{system}.{key.replace('@', '_at_')}"
 
 
-def git_state(directory: Path) -> dict[str, str]:
+CODE = Path(__file__).resolve().parents[1]  # the repository this code runs from
+
+
+def git_state(directory: Path = CODE) -> dict[str, str]:
+    """The commit the code runs at and whether tracked files differ from it."""
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=directory, capture_output=True, text=True, timeout=10).stdout.strip()
 
@@ -88,21 +96,44 @@ def connect(tracking):
     return mlflow
 
 
+HOST_TAG, PID_TAG = "hyperprove.host", "hyperprove.pid"
+
+
+def worker_tags() -> dict[str, str]:
+    """Which machine and process a run belongs to, so that a later run can tell one that was killed."""
+    return {HOST_TAG: socket.gethostname(), PID_TAG: str(os.getpid())}
+
+
+def end_abandoned_runs(mlflow, experiment: str) -> list[str]:
+    """Mark KILLED the runs still RUNNING whose process on this machine no longer exists (a kill
+    leaves them running forever otherwise); returns their ids."""
+    client = mlflow.tracking.MlflowClient()
+    ended = []
+    for run in client.search_runs([experiment], "attributes.status = 'RUNNING'", max_results=1000):
+        tags = run.data.tags
+        if tags.get(HOST_TAG) == socket.gethostname() and tags.get(PID_TAG, "").isdigit() and not process_alive(int(tags[PID_TAG])):
+            client.set_terminated(run.info.run_id, "KILLED")
+            ended.append(run.info.run_id)
+    return ended
+
+
 @contextmanager
 def tracked_run(tracking, config: dict, run_name: str, tags: dict[str, str]):
     """One MLflow run: the flat config as params, `tags` as tags (callers include the git state
     they took when their work started). Yields mlflow (the run is active; nested runs go into its
-    experiment), or None when tracking is off."""
+    experiment), or None when tracking is off. Runs a killed process left RUNNING are ended first."""
     if not tracking.enabled:
         yield None
         return
     mlflow = connect(tracking)
     try:
         experiment = experiment_id(mlflow, tracking)
+        end_abandoned_runs(mlflow, experiment)
     except Exception as error:  # noqa: BLE001 - any store failure is one line for the user
-        raise HyperProveError(f"tracking store {tracking.uri}: {type(error).__name__}: {error}") from None
+        first_line = (str(error).strip().splitlines() or [""])[0][:200]
+        raise HyperProveError(f"tracking store {tracking.uri}: {type(error).__name__}: {first_line}") from None
     with mlflow.start_run(experiment_id=experiment, run_name=run_name):
-        mlflow.set_tags(tags)
+        mlflow.set_tags({**tags, **worker_tags()})
         mlflow.log_params(flat_params(config))
         yield mlflow
 
@@ -127,11 +158,25 @@ def log_evaluation(tracking, config: dict, systems: dict[str, dict], artifacts: 
         return active_run_id(mlflow)
 
 
-def ui_command(tracking, host: str = "127.0.0.1", port: int = 5000) -> tuple[list[str], dict[str, str]]:
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def ui_command(tracking, host: str = "127.0.0.1", port: int = 5000, allow_remote: bool = False) -> tuple[list[str], dict[str, str]]:
     """The `mlflow server` command line (and its environment) for a lean UI over the store:
-    one worker, no job execution, bound to loopback unless told otherwise."""
+    one worker, no job execution, bound to loopback unless `allow_remote` says otherwise. The
+    server has no authentication: bound to another interface, anyone who reaches it reads and
+    writes every run."""
     import sys
 
+    if not is_loopback(host) and not allow_remote:
+        raise HyperProveError(f"--host {host}: would serve the tracking store, unauthenticated, beyond this machine; "
+                              "add --allow-remote if that is what you want")
     make_sqlite_folder(tracking.uri)
     command = [
         sys.executable, "-m", "mlflow", "server",
@@ -142,54 +187,20 @@ def ui_command(tracking, host: str = "127.0.0.1", port: int = 5000) -> tuple[lis
     return command, {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
 
 
-# --- reproducing a run ---------------------------------------------------------------------------
-TIMING = ("seconds_per_question", "retrieval_ms_per_question")  # wall-clock: reported, never compared
-
-
-def recorded_evaluation(tracking, run_id: str) -> dict:
-    """The results.json, index_manifest.json and compiled program (bytes) an evaluate run logged;
-    the manifest and the program may be None."""
-    import tempfile
-
-    connect(tracking)
-    from mlflow.exceptions import MlflowException
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=tracking.uri)
+def serve_ui(tracking, host: str = "127.0.0.1", port: int = 5000, allow_remote: bool = False, log=print) -> dict:
+    """Run the MLflow UI over the store until Ctrl-C (see `ui_command`)."""
+    command, env = ui_command(tracking, host, port, allow_remote)
+    url = f"http://{host}:{port}"
+    if not is_loopback(host):
+        log(f"warning: the tracking store is served on {host}:{port} without authentication: "
+            "anyone who can reach this machine there can read and change every run")
+    log(f"MLflow UI over {tracking.uri} at {url} (Ctrl-C stops it)")
+    server = subprocess.Popen(command, env={**os.environ, **env})
     try:
-        run = client.get_run(run_id)
-    except MlflowException:
-        raise HyperProveError(f"run {run_id}: not in the tracking store {tracking.uri}") from None
-    if run.data.tags.get("hyperprove.kind") != "evaluate":
-        raise HyperProveError(f"run {run_id}: not a `hyperprove evaluate` run")
-    with tempfile.TemporaryDirectory() as scratch:
-        names = {artifact.path for artifact in client.list_artifacts(run_id)}
-        if "results.json" not in names:
-            raise HyperProveError(f"run {run_id}: its results.json artifact is missing")
-        recorded = {}
-        for key, name in (("results", "results.json"), ("index_manifest", "index_manifest.json")):
-            recorded[key] = json.loads(Path(client.download_artifacts(run_id, name, scratch)).read_text()) if name in names else None
-        recorded["program"] = Path(client.download_artifacts(run_id, "program.json", scratch)).read_bytes() if "program.json" in names else None
-    recorded["tags"] = dict(run.data.tags)
-    return recorded
-
-
-def same_index(recorded: dict | None, current: dict | None) -> bool:
-    """Same files (by sha256) for a saved index; same corpus and counts for one built in memory."""
-    if recorded is None or current is None:
-        return recorded is current
-    if "files" in recorded and "files" in current:
-        return recorded["files"] == current["files"]
-    return all(recorded.get(k) == current.get(k) for k in ("corpus_sha256", "counts", "extractor", "embedder"))
-
-
-def metric_deltas(recorded: dict[str, dict], current: dict[str, dict]) -> dict[str, dict[str, float]]:
-    """Per system, new minus recorded for every compared metric (timings left out)."""
-    deltas: dict[str, dict[str, float]] = {}
-    for system, summary in recorded.items():
-        now = current.get(system, {})
-        for key, value in summary.items():
-            if key in TIMING or isinstance(value, bool) or not isinstance(value, (int, float)):
-                continue
-            deltas.setdefault(system, {})[key] = round(float(now.get(key, float("nan"))) - float(value), 6)
-    return deltas
+        code = server.wait()
+    except KeyboardInterrupt:
+        server.terminate()
+        code = server.wait()
+    if code not in (0, -15, 130):
+        raise HyperProveError(f"the MLflow server exited with status {code} (is port {port} free?)")
+    return {"url": url, "tracking_uri": tracking.uri}

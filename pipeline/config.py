@@ -1,19 +1,73 @@
 """The one configuration object: it flows from the command line or an experiment file into the
 index build, the retriever, the LM, the program, the evaluation and the MLflow params. No module
-reads the environment."""
+reads the environment.
+
+Every section is a plain dataclass that checks its own fields (types first: `"0.5"` is not a
+number, `true` is not a count), and this module imports nothing heavy, so reading a config or
+printing `hyperprove --help` loads neither DSPy nor FAISS nor torch. The retriever's section
+lives in `modules/config.py`, beside the list of tunable names.
+"""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
+from modules.config import TUNABLES, RetrieverConfig, check_types
 from modules.errors import HyperProveError
-from modules.retriever import RetrieverConfig
 from pipeline.files import read_json
-from pipeline.lm import LMConfig
-from pipeline.program import ProgramConfig
 
 DEFAULT_EMBEDDER = "all-MiniLM-L6-v2"
+LOCAL_MODEL_NAME = "qwen2.5-coder-1.5b-instruct-q4_k_m"  # the embedded model (pipeline/lm.py serves it)
+LOCAL_MODEL_ID = f"local/{LOCAL_MODEL_NAME}"
+
+
+@dataclass
+class LMConfig:
+    """Which LM answers, and how it is called."""
+
+    model: str | None = None  # a LiteLLM model id; None: the embedded local model
+    temperature: float = 0.0
+    max_tokens: int = 400
+    threads: int = 0  # concurrent requests; 0: 1 for the local model, 8 for an API model
+    api_base: str | None = None  # for OpenAI-compatible servers other than the embedded one
+    local_model_dir: str = "~/.cache/hyperprove/models"  # where the 22 parts are joined once
+    local_context: int = 8192  # local model: context tokens, shared by the slots
+    local_cpu_threads: int = 0  # local model: compute threads (0: all cores)
+
+    def __post_init__(self) -> None:
+        check_types(self, "lm")
+        if self.threads < 0 or self.max_tokens < 16 or self.local_context < 1024 or self.local_cpu_threads < 0:
+            raise HyperProveError("lm config: threads >= 0, max_tokens >= 16, local_context >= 1024, local_cpu_threads >= 0")
+        if not 0.0 <= self.temperature <= 2.0:
+            raise HyperProveError(f"lm config: temperature={self.temperature!r} must lie in [0, 2]")
+
+    @property
+    def concurrency(self) -> int:
+        """Requests in flight at once. The local model gets one: on 2 cores, extracting the same 6
+        MuSiQue passages took 124 s with one server slot and 222 s with two."""
+        return self.threads or (1 if self.model is None else 8)
+
+    @property
+    def id(self) -> str:
+        """The id recorded in caches, manifests and runs."""
+        return self.model or LOCAL_MODEL_ID
+
+
+@dataclass
+class ProgramConfig:
+    """How the program runs the hops."""
+
+    max_hops: int = 4  # longer decompositions count as failed
+    carry: str = "supporting"  # "supporting" (the hop reader's cited facts) or "top_k"
+    compiled: str | None = None  # compiled program JSON (`hyperprove compile`); None: the built-in demonstrations
+
+    def __post_init__(self) -> None:
+        check_types(self, "program")
+        if self.max_hops < 1:
+            raise HyperProveError(f"program config: max_hops={self.max_hops!r} must be >= 1")
+        if self.carry not in ("supporting", "top_k"):
+            raise HyperProveError(f"program config: carry={self.carry!r} must be 'supporting' or 'top_k'")
 
 
 @dataclass
@@ -27,7 +81,15 @@ class IndexConfig:
     exact_search_max: int = 50_000  # above this many vectors FAISS search is IVF, not exact
     batch_size: int = 64  # embedder batch size
 
+    # The fields that shape the index (batch_size only paces the embedder): what the index cache is
+    # keyed on, and what an index loaded for a run must have been built with.
+    SHAPING = ("extractor", "embedder", "eta", "synonym_neighbors", "exact_search_max")
+
+    def shaping(self) -> dict:
+        return {name: getattr(self, name) for name in self.SHAPING}
+
     def __post_init__(self) -> None:
+        check_types(self, "index")
         if not 0.0 < self.eta <= 1.0:
             raise HyperProveError(f"index config: eta={self.eta!r} must lie in (0, 1]")
         if self.extractor not in ("sentences", "lm"):
@@ -52,12 +114,13 @@ class EvaluationConfig:
     description: str = ""
 
     def __post_init__(self) -> None:
+        if isinstance(self.retrievers, str):  # "dense, ppr" from the command line
+            self.retrievers = [name.strip() for name in self.retrievers.split(",") if name.strip()]
+        check_types(self, "evaluation")
         if self.decomposition not in ("gold", "lm"):
             raise HyperProveError(f"evaluation config: decomposition={self.decomposition!r} must be 'gold' or 'lm'")
         if self.limit is not None and self.limit < 1:
             raise HyperProveError(f"evaluation config: limit={self.limit!r} must be >= 1")
-        if isinstance(self.retrievers, str):
-            self.retrievers = [name.strip() for name in self.retrievers.split(",") if name.strip()]
 
 
 @dataclass
@@ -69,10 +132,12 @@ class TrackingConfig:
     experiment: str = "hyperprove"
     enabled: bool = True
 
+    def __post_init__(self) -> None:
+        check_types(self, "tracking")
+
 
 SWEEP_OBJECTIVES = ("recall@5", "recall@2", "f1", "em")
 TIE_BREAKS = {"recall@5": "recall@2", "recall@2": "recall@5", "f1": "em", "em": "f1"}
-SWEPT = ("alpha", "theta", "depth", "top_k", "n_seeds", "subgraph_bound")  # retriever fields a sweep can search
 
 
 @dataclass
@@ -99,17 +164,26 @@ class SweepConfig:
     def tie_break(self) -> str | None:
         return TIE_BREAKS[self.objective] if self.break_ties else None
 
+    @property
+    def ranges(self) -> dict[str, list]:
+        """The swept retriever fields and their [low, high]: alpha, theta, L and K always, n_seeds
+        and subgraph_bound when given a range."""
+        return {name: getattr(self, name) for name in TUNABLES if getattr(self, name) is not None}
+
     def __post_init__(self) -> None:
+        check_types(self, "sweep")
         if self.objective not in SWEEP_OBJECTIVES:
             raise HyperProveError(f"sweep config: objective={self.objective!r} must be one of {', '.join(SWEEP_OBJECTIVES)}")
         if self.trials < 1 or self.chunk < 1:
             raise HyperProveError("sweep config: trials and chunk must be >= 1")
-        for name in SWEPT:
-            low_high = getattr(self, name)
-            if low_high is None and name in ("n_seeds", "subgraph_bound"):
-                continue
-            if not isinstance(low_high, list) or len(low_high) != 2 or low_high[0] > low_high[1]:
+        for name, low_high in self.ranges.items():
+            if len(low_high) != 2 or low_high[0] > low_high[1]:
                 raise HyperProveError(f"sweep config: {name}={low_high!r} must be [low, high] with low <= high")
+            for end in low_high:  # caught here, not inside the first trial
+                probe = RetrieverConfig()
+                setattr(probe, name, end)
+                if probe.out_of_range():
+                    raise HyperProveError(f"sweep config: {name}={low_high!r} reaches {end!r}, outside the retriever's range for {name}")
 
 
 COMPILE_TARGETS = ("decompose", "rewrite", "program")
@@ -136,6 +210,7 @@ class CompileConfig:
     out: str | None = None  # compiled program JSON (default .hyperprove/programs/<target>-<optimizer>-<time>.json)
 
     def __post_init__(self) -> None:
+        check_types(self, "compile")
         if self.target not in COMPILE_TARGETS:
             raise HyperProveError(f"compile config: target={self.target!r} must be one of {', '.join(COMPILE_TARGETS)}")
         if self.optimizer not in COMPILE_OPTIMIZERS:
@@ -188,9 +263,12 @@ class HyperProveConfig:
                 raise HyperProveError(f"{source}: unknown field {name}.{unknown[0]}")
             try:
                 sections[name] = section(**section_values)
-            except TypeError as error:
-                raise HyperProveError(f"{source}: {name}: {error}") from None
-        return cls(**sections, cache_dir=values.get("cache_dir", cls.cache_dir))
+            except HyperProveError as error:
+                raise HyperProveError(f"{source}: {error}") from None
+        cache_dir = values.get("cache_dir", cls.cache_dir)
+        if not isinstance(cache_dir, str):
+            raise HyperProveError(f"{source}: cache_dir={cache_dir!r} must be a string")
+        return cls(**sections, cache_dir=cache_dir)
 
     @classmethod
     def from_file(cls, path: str | Path) -> "HyperProveConfig":
@@ -199,7 +277,7 @@ class HyperProveConfig:
             raise HyperProveError(f"{path}: a config file holds one JSON object")
         return cls.from_dict(values, source=str(path))
 
-    def with_overrides(self, **overrides) -> "HyperProveConfig":
+    def with_overrides(self, source: str = "the command line", **overrides) -> "HyperProveConfig":
         """A copy with the given (non-None) fields replaced, e.g. from command-line flags.
 
         A section takes a dict (`retriever={"alpha": 0.5}`), a top-level field a value.
@@ -210,4 +288,4 @@ class HyperProveConfig:
                 values[name].update({k: v for k, v in (value or {}).items() if v is not None})
             elif value is not None:
                 values[name] = value
-        return self.from_dict(values)
+        return self.from_dict(values, source)

@@ -78,13 +78,21 @@ _FUNCTION_WORDS = {
 }
 
 
+_LAST_WORD = re.compile(r"(\S+)\s*$")
+_WORD_WINDOW = 64  # characters looked at before a boundary: longer than any abbreviation
+
+
 def split_sentences(text: str) -> list[str]:
-    """Rule 1: sentence boundaries that are not abbreviations or initials."""
+    """Rule 1: sentence boundaries that are not abbreviations or initials.
+
+    Only the last word before a boundary is examined, within a short window, so the cost is
+    linear in the text even when many abbreviations in a row keep a sentence open ("Dr. " x 20,000).
+    """
     sentences: list[str] = []
     start = 0
     for boundary in _SENTENCE_END.finditer(text):
-        candidate = text[start : boundary.start()].rstrip()
-        last_word = candidate.rsplit(None, 1)[-1] if candidate.split() else ""
+        last = _LAST_WORD.search(text, max(start, boundary.start() - _WORD_WINDOW), boundary.start())
+        last_word = last.group(1) if last else ""
         stem = last_word.rstrip(".!?\"'”)").lower()
         if last_word.endswith(".") and (stem in _ABBREVIATIONS or re.fullmatch(r"[a-z]", stem)):
             continue
@@ -269,6 +277,7 @@ class LMExtractor:
 
 
 EXTRACTORS = ("sentences", "lm")
+EXTRACTOR_VERSIONS = {"sentences": SentenceExtractor.version, "lm": LMExtractor.version}  # in index cache keys
 
 
 def make_extractor(name: str, lm=None, lm_id: str | None = None, cache_dir: str | Path = ".hyperprove/cache", threads: int = 1) -> Extractor:
@@ -280,3 +289,28 @@ def make_extractor(name: str, lm=None, lm_id: str | None = None, cache_dir: str 
             raise HyperProveError("extractor 'lm' needs an LM (the local model, or --lm MODEL)")
         return LMExtractor(lm, lm_id, cache_dir, threads)
     raise HyperProveError(f"unknown extractor {name!r} (available: {', '.join(EXTRACTORS)})")
+
+
+def extractor_for(config, runtime) -> Extractor:
+    """The extractor a `HyperProveConfig` names; the `lm` one takes the runtime's LM, started only now."""
+    if config.index.extractor != "lm":
+        return make_extractor(config.index.extractor)
+    session = runtime.session
+    return make_extractor("lm", session.lm, session.id, config.cache_dir, config.lm.concurrency)
+
+
+def describe_extraction(extractor: Extractor) -> list[str]:
+    """What an LM extraction did, for the user: counts, fallbacks and throughput (nothing for rules)."""
+    report = extractor.report()
+    if report["name"] != "lm":
+        return []
+    titles = extractor.fallback_titles
+    lines = [
+        f"lm extraction: {report['passages']} passages, {report['cached']} from the cache, {report['extracted']} extracted, "
+        f"{report['retried']} retried, {report['fallbacks']} fell back to sentences"
+        + (f" ({', '.join(titles[:5])}{', ...' if report['fallbacks'] > 5 else ''})" if report["fallbacks"] else "")
+    ]
+    asked = report["passages"] - report["cached"]
+    if asked and report["lm_seconds"]:
+        lines.append(f"lm extraction took {report['lm_seconds'] / 60:.1f} min: {60 * asked / report['lm_seconds']:.1f} passages per minute")
+    return lines

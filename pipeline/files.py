@@ -1,5 +1,10 @@
 """File helpers: atomic writes (a reader sees the old file or the new one, never half of one),
-checksums, and JSON reads that fail with one line naming the file."""
+checksums, and JSON reads that fail with one line naming the file.
+
+Scratch files and folders are named after the process that writes them (`.NAME.tmp-PID`), so a
+later write of the same target removes what a killed process left behind, and a folder caught
+between its two renames (`.NAME.old-PID` and no NAME) is put back.
+"""
 
 from __future__ import annotations
 
@@ -7,23 +12,69 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
-
-import numpy as np
+from typing import Iterable, Iterator
 
 from modules.errors import HyperProveError
 
 
+def process_alive(pid: int) -> bool:
+    """Whether a process with this id exists on this machine."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, under another user
+        return True
+    return True
+
+
+def _left_behind(target: Path, kind: str) -> list[Path]:
+    """The `.NAME.<kind>-PID` siblings of `target` whose process no longer exists."""
+    pattern = re.compile(rf"\.{re.escape(target.name)}\.{kind}-(\d+)$")
+    try:
+        siblings = list(target.parent.iterdir())
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return [p for p in siblings if (m := pattern.match(p.name)) and int(m.group(1)) != os.getpid() and not process_alive(int(m.group(1)))]
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def recover(target: str | Path) -> None:
+    """Clean up after a killed writer of `target`: put back a folder it had moved aside but not
+    yet replaced, and remove its scratch."""
+    target = Path(target)
+    for retired in _left_behind(target, "old"):
+        if not target.exists():
+            os.replace(retired, target)
+        else:
+            _remove(retired)
+    for scratch in _left_behind(target, "tmp"):
+        _remove(scratch)
+
+
 def read_json(path: str | Path, what: str, damaged_hint: str = ""):
-    """Parse a JSON file; a missing, non-UTF-8 or malformed file is a one-line HyperProveError."""
+    """Parse a JSON file; a missing, unreadable, non-UTF-8 or malformed file is a one-line HyperProveError."""
     path = Path(path)
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise HyperProveError(f"{path}: {what} file not found") from None
+    except IsADirectoryError:
+        raise HyperProveError(f"{path}: is a directory, not a {what} file") from None
+    except OSError as error:
+        raise HyperProveError(f"{path}: cannot read the {what} file ({error.strerror or error})") from None
     except UnicodeDecodeError:
         raise HyperProveError(f"{path}: not UTF-8 text") from None
     except json.JSONDecodeError as error:
@@ -33,6 +84,7 @@ def read_json(path: str | Path, what: str, damaged_hint: str = ""):
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    recover(path)
     temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     with open(temporary, "wb") as handle:
         handle.write(data)
@@ -45,7 +97,9 @@ def atomic_write_json(path: str | Path, value) -> None:
     atomic_write_bytes(path, (json.dumps(value, indent=1, ensure_ascii=False) + "\n").encode())
 
 
-def atomic_save_npy(path: str | Path, array: np.ndarray) -> None:
+def atomic_save_npy(path: str | Path, array) -> None:
+    import numpy as np
+
     buffer = io.BytesIO()
     np.save(buffer, np.asarray(array), allow_pickle=False)
     atomic_write_bytes(path, buffer.getvalue())
@@ -59,13 +113,30 @@ def sha256_file(path: str | Path, block: int = 1 << 22) -> str:
     return digest.hexdigest()
 
 
+def check_replaceable(target: str | Path, ours: Iterable[str] | None, what: str, flag: str = "--out") -> None:
+    """Refuse, before any work, to write `what` over something that is not an earlier one: a
+    file, or a non-empty folder with a name outside `ours` (None: the folder is not ours at all)."""
+    target = Path(target)
+    recover(target)
+    if not target.exists():
+        return
+    if not target.is_dir():
+        raise HyperProveError(f"{flag} {target}: is a file, not a folder for {what}")
+    entries = sorted(entry.name for entry in target.iterdir())
+    strangers = [name for name in entries if ours is None or name not in set(ours)]
+    if strangers:
+        raise HyperProveError(f"{flag} {target}: holds {strangers[0]!r}, which is not part of {what}; choose an empty or new folder")
+
+
 @contextmanager
 def atomic_directory(target: str | Path) -> Iterator[Path]:
     """Yield a scratch directory that replaces `target` only if the block finishes.
 
-    On an exception (or Ctrl-C) the scratch directory is removed and `target` is untouched.
+    On an exception (or Ctrl-C) the scratch directory is removed and `target` is untouched; a
+    kill leaves scratch that the next write of `target` removes (see `recover`).
     """
     target = Path(target)
+    recover(target)
     scratch = target.with_name(f".{target.name}.tmp-{os.getpid()}")
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)

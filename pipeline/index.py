@@ -27,9 +27,11 @@ from modules.facts import Fact, Passage
 from modules.hypergraph import Hypergraph, binary_csr, expand_synonyms
 from modules.retriever import FactTable, HypergraphRetriever, RetrieverConfig
 from modules.vectors import VectorIndex
-from pipeline.files import atomic_directory, atomic_save_npy, atomic_write_bytes, atomic_write_json, read_json, sha256_file
 from pipeline.config import IndexConfig
 from pipeline.extract import Extractor, make_extractor, subject_name
+from pipeline.files import (
+    atomic_directory, atomic_save_npy, atomic_write_bytes, atomic_write_json, check_replaceable, read_json, recover, sha256_file,
+)
 
 FORMAT = "hyperprove-index"
 FORMAT_VERSION = 1
@@ -124,6 +126,18 @@ class HypergraphIndex:
             index=self.fact_index,
         )
 
+    @classmethod
+    def from_parts(cls, passages: list[Passage], fact_text: list[str], fact_passage, fact_entities: sp.csr_matrix,
+                   entity_names: list[str], synonyms: sp.csr_matrix, vectors: dict[str, np.ndarray],
+                   indexes: dict[str, VectorIndex], info: dict) -> "HypergraphIndex":
+        """From the arrays a build computes or a load reads; `vectors` and `indexes` by VECTOR_SETS name."""
+        return cls(
+            passages=passages, fact_text=fact_text, fact_passage=np.asarray(fact_passage, dtype=np.int64),
+            fact_entities=fact_entities, entity_names=entity_names, synonyms=synonyms,
+            **{f"{name}_vectors": vectors[name] for name in VECTOR_SETS}, **{f"{name}_index": indexes[name] for name in VECTOR_SETS},
+            info=info,
+        )
+
     def retriever(self, config: RetrieverConfig, encode: Callable[[str], np.ndarray]) -> HypergraphRetriever:
         return HypergraphRetriever(self.hypergraph, self.fact_table, encode, config)
 
@@ -149,21 +163,8 @@ def assemble_index(
 ) -> HypergraphIndex:
     """Steps 2-3 on extracted, embedded facts: synonyms and the FAISS indexes."""
     synonyms, entity_index = synonym_matrix(vectors["entity"], config.eta, config.synonym_neighbors, config.exact_search_max)
-    return HypergraphIndex(
-        passages=passages,
-        fact_text=fact_text,
-        fact_passage=np.asarray(fact_passage, dtype=np.int64),
-        fact_entities=fact_entities,
-        entity_names=entity_names,
-        synonyms=synonyms,
-        fact_vectors=vectors["fact"],
-        entity_vectors=vectors["entity"],
-        passage_vectors=vectors["passage"],
-        fact_index=VectorIndex.build(vectors["fact"], exact_max=config.exact_search_max),
-        entity_index=entity_index,
-        passage_index=VectorIndex.build(vectors["passage"], exact_max=config.exact_search_max),
-        info=info,
-    )
+    indexes = {"entity": entity_index, **{name: VectorIndex.build(vectors[name], exact_max=config.exact_search_max) for name in ("fact", "passage")}}
+    return HypergraphIndex.from_parts(passages, fact_text, fact_passage, fact_entities, entity_names, synonyms, vectors, indexes, info)
 
 
 def build_index(passages: list[Passage], config: IndexConfig, embedder, progress: bool = True, extractor: Extractor | None = None) -> HypergraphIndex:
@@ -212,11 +213,29 @@ def _jsonl(rows: list) -> bytes:
     return "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows).encode()
 
 
+def _listed_files(directory: Path) -> set[str] | None:
+    """The files a HyperProve index manifest in `directory` lists; None when there is no such manifest."""
+    try:
+        manifest = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or not isinstance(manifest.get("files"), dict):
+        return None
+    return set(manifest["files"])
+
+
+def check_index_target(directory: str | Path) -> None:
+    """Refuse, before any work, an --out that is a file or a folder holding anything but an
+    earlier HyperProve index (its manifest and the files it lists): replacing it would lose them."""
+    directory = Path(directory)
+    listed = _listed_files(directory) if directory.is_dir() else None  # None also for a foreign manifest.json
+    check_replaceable(directory, None if listed is None else {"manifest.json", *listed}, "a HyperProve index")
+
+
 def save_index(index: HypergraphIndex, directory: str | Path) -> Path:
     """Write atomically: the directory appears complete, or not at all."""
     directory = Path(directory)
-    if directory.exists() and not (directory / "manifest.json").exists() and any(directory.iterdir()):
-        raise HyperProveError(f"{directory}: exists and is not a HyperProve index; choose another --out")
+    check_index_target(directory)
     with atomic_directory(directory) as scratch:
         entity_ptr = index.fact_entities.indptr
         atomic_write_bytes(scratch / "passages.jsonl", _jsonl([{"title": p.title, "text": p.text} for p in index.passages]))
@@ -246,9 +265,15 @@ def save_index(index: HypergraphIndex, directory: str | Path) -> Path:
     return directory
 
 
+REQUIRED_FILES = {"passages.jsonl", "facts.jsonl", "entities.json", "synonyms.npy",
+                  *VECTOR_SETS.values(), *(f"{name}_vectors.npy" for name in VECTOR_SETS)}
+
+
 def read_manifest(directory: str | Path) -> dict:
+    """The manifest of the index in `directory`, checked to have every key loading reads."""
     directory = Path(directory)
     path = directory / "manifest.json"
+    recover(directory)  # a writer killed between its two renames left the previous index aside
     if not directory.is_dir():
         raise HyperProveError(f"{directory}: no such index directory (build one with `hyperprove index`)")
     if not path.exists():
@@ -260,12 +285,30 @@ def read_manifest(directory: str | Path) -> dict:
         raise HyperProveError(
             f"{path}: format version {manifest.get('format_version')!r}, this HyperProve reads {FORMAT_VERSION}; rebuild the index"
         )
+    shapes = {"files": dict, "counts": dict, "config": dict, "extractor": dict, "embedder": dict, "corpus_sha256": str}
+    for key, kind in shapes.items():
+        if not isinstance(manifest.get(key), kind):
+            raise HyperProveError(f"{path}: {key!r} is missing or not a {kind.__name__}{DAMAGED}")
+    for name, entry in manifest["files"].items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str) or not isinstance(entry.get("bytes"), int):
+            raise HyperProveError(f"{path}: the entry of {name!r} needs its sha256 and bytes{DAMAGED}")
+    embedder = manifest["embedder"]
+    if not isinstance(embedder.get("id"), str) or not isinstance(embedder.get("dim"), int) or isinstance(embedder.get("dim"), bool):
+        raise HyperProveError(f"{path}: the embedder entry needs its id and dim{DAMAGED}")
+    missing = sorted(REQUIRED_FILES - set(manifest["files"]))
+    if missing:
+        raise HyperProveError(f"{path}: lists no {missing[0]}; rebuild the index")
     return manifest
 
 
 def _read_jsonl(path: Path) -> list:
+    """Rows of a JSONL file. Lines end at "\n" only: str.splitlines() would also split inside a
+    text at U+2028, U+2029 or U+0085, which json.dumps(ensure_ascii=False) writes as they are."""
     rows = []
-    for line_number, line in enumerate(path.read_text().splitlines(), start=1):
+    lines = path.read_text(encoding="utf-8").split("\n")
+    if lines[-1] == "":
+        lines.pop()  # after the last newline
+    for line_number, line in enumerate(lines, start=1):
         try:
             rows.append(json.loads(line))
         except json.JSONDecodeError:
@@ -273,25 +316,43 @@ def _read_jsonl(path: Path) -> list:
     return rows
 
 
-def load_index(directory: str | Path, expect_embedder: str | None = None, verify: bool = True) -> HypergraphIndex:
-    """Load and check an index; any damage or mismatch is a one-line HyperProveError."""
+def check_built_with(manifest: dict, directory: Path, expect: IndexConfig) -> None:
+    """The index was built with the settings asked for: a run then records what it really used."""
+    built = manifest["config"]
+    for name, wanted in expect.shaping().items():
+        if name in built and built[name] != wanted:
+            raise HyperProveError(f"{directory}: built with {name} {built[name]!r}, but {name} {wanted!r} was asked for; "
+                                  f"ask for {built[name]!r} (--{name.replace('_', '-')} or index.{name} in the config) or rebuild the index")
+
+
+def load_index(directory: str | Path, expect_embedder: str | None = None, verify: bool = True,
+               expect: IndexConfig | None = None) -> HypergraphIndex:
+    """Load and check an index; any damage or mismatch is a one-line HyperProveError. `expect`
+    checks every setting that shapes the index, `expect_embedder` the embedder alone."""
     directory = Path(directory)
     manifest = read_manifest(directory)
-    listed = manifest.get("files", {})
-    required = {"passages.jsonl", "facts.jsonl", "entities.json", "synonyms.npy"}
-    required |= set(VECTOR_SETS.values()) | {f"{name}_vectors.npy" for name in VECTOR_SETS}
-    missing = sorted(required - set(listed))
-    if missing:
-        raise HyperProveError(f"{directory}/manifest.json: lists no {missing[0]}; rebuild the index")
-    for name, entry in listed.items():
+    for name, entry in manifest["files"].items():
         path = directory / name
         if not path.exists():
             raise HyperProveError(f"{path}: missing from the index; rebuild it")
         if verify and sha256_file(path) != entry["sha256"]:
             raise HyperProveError(f"{path}: checksum mismatch, the index is damaged; rebuild it")
-    embedder = manifest.get("embedder", {}).get("id")
+    embedder = manifest["embedder"]["id"]
     if expect_embedder is not None and embedder != expect_embedder:
         raise HyperProveError(f"{directory}: built with embedder {embedder!r}, but {expect_embedder!r} was asked for")
+    if expect is not None:
+        check_built_with(manifest, directory, expect)
+    try:
+        index = _read_index(directory, manifest)
+    except (ValueError, KeyError, TypeError, IndexError, OSError, EOFError, RuntimeError) as error:
+        # A file that passed its checksum yet does not parse (written by hand, or truncated and re-summed).
+        raise HyperProveError(f"{directory}: cannot be read ({type(error).__name__}: {str(error)[:120]}){DAMAGED}") from None
+    if index.counts() != manifest.get("counts"):
+        raise HyperProveError(f"{directory}/manifest.json: counts do not match the files; rebuild the index")
+    return index
+
+
+def _read_index(directory: Path, manifest: dict) -> HypergraphIndex:
     passages = [Passage(title=row["title"], text=row["text"]) for row in _read_jsonl(directory / "passages.jsonl")]
     fact_rows = _read_jsonl(directory / "facts.jsonl")
     entity_names = read_json(directory / "entities.json", "entities", damaged_hint=DAMAGED)
@@ -312,22 +373,62 @@ def load_index(directory: str | Path, expect_embedder: str | None = None, verify
         if vectors[name].shape != (count, dim) or len(indexes[name]) != count:
             raise HyperProveError(f"{directory}: {name} vectors do not match the manifest counts; rebuild the index")
     info = {key: manifest[key] for key in ("extractor", "embedder", "config", "corpus_sha256")}
-    index = HypergraphIndex(
-        passages=passages,
-        fact_text=[row["text"] for row in fact_rows],
-        fact_passage=np.array([row["passage"] for row in fact_rows], dtype=np.int64),
-        fact_entities=fact_entities,
-        entity_names=entity_names,
-        synonyms=synonyms,
-        fact_vectors=vectors["fact"],
-        entity_vectors=vectors["entity"],
-        passage_vectors=vectors["passage"],
-        fact_index=indexes["fact"],
-        entity_index=indexes["entity"],
-        passage_index=indexes["passage"],
-        info=info,
-    )
-    if index.counts() != manifest.get("counts"):
-        raise HyperProveError(f"{directory}/manifest.json: counts do not match the files; rebuild the index")
-    return index
+    return HypergraphIndex.from_parts(passages, [row["text"] for row in fact_rows], [row["passage"] for row in fact_rows],
+                                      fact_entities, entity_names, synonyms, vectors, indexes, info)
 
+
+# --- the index cache -------------------------------------------------------------------------------
+def index_key(passages: Sequence[Passage], config) -> str:
+    """What a cached index is keyed on: the corpus, every setting that shapes the index, and the
+    extractor's version (and, for the `lm` extractor, the LM), so a changed setting never
+    reuses an index built with another."""
+    from pipeline.extract import EXTRACTOR_VERSIONS
+
+    shaping = {**config.index.shaping(), "extractor_version": EXTRACTOR_VERSIONS[config.index.extractor]}
+    if config.index.extractor == "lm":
+        shaping["lm"] = config.lm.id
+    digest = hashlib.sha256(json.dumps(shaping, sort_keys=True).encode()).hexdigest()[:16]
+    return f"{corpus_checksum(passages)[:16]}-{config.index.extractor}-{digest}"
+
+
+def cached_index(passages: list[Passage], config, runtime, log: Callable[[str], None] = print) -> tuple[HypergraphIndex, Path | None]:
+    """The index of this corpus under this config (a `HyperProveConfig`), built once and kept in
+    the cache dir; returns it and its directory (None when extraction fallbacks kept it out of
+    the cache, so that the next run tries those passages again)."""
+    from pipeline.extract import describe_extraction, extractor_for
+
+    directory = Path(config.cache_dir) / "indexes" / index_key(passages, config)
+    recover(directory)
+    if (directory / "manifest.json").exists():
+        return load_index(directory, expect=config.index), directory
+    extractor = extractor_for(config, runtime)
+    index = build_index(passages, config.index, runtime.embedder, progress=True, extractor=extractor)
+    for line in describe_extraction(extractor):
+        log(line)
+    if extractor.report().get("fallbacks", 0):
+        return index, None
+    save_index(index, directory)
+    return index, directory
+
+
+def index_corpus(corpus: str | Path, out: str | Path, config, runtime=None, log: Callable[[str], None] = print) -> dict:
+    """`hyperprove index`: build the index of a corpus file under a `HyperProveConfig` and save it
+    to `out`, which is checked first (an earlier index may be replaced, nothing else)."""
+    import time
+
+    from pipeline.corpus import load_corpus
+    from pipeline.extract import describe_extraction, extractor_for
+    from pipeline.runtime import Runtime
+
+    check_index_target(out)
+    passages = load_corpus(corpus)
+    runtime = runtime or Runtime(config)
+    extractor = extractor_for(config, runtime)
+    started = time.perf_counter()
+    index = build_index(passages, config.index, runtime.embedder, progress=True, extractor=extractor)
+    save_index(index, out)
+    seconds = time.perf_counter() - started
+    for line in describe_extraction(extractor):
+        log(line)
+    log(f"index written to {out}: {index.counts()} in {seconds:.1f} s")
+    return {"index": str(out), **index.counts(), "extractor": extractor.report(), "seconds": round(seconds, 2)}

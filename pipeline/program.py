@@ -18,32 +18,19 @@ What the program decides where METHOD.md is silent:
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from pathlib import Path
 
 import dspy
 from dspy.utils.exceptions import AdapterParseError
 
 from modules.errors import HyperProveError
+from modules.references import fill_references
 from modules.retriever import HypergraphRetriever, interleave_passages
-from modules.steps import AnswerGenerator, BridgeRewriter, Decomposer, HopAnswerer, MalformedOutput, evidence_line, fill_references
+from modules.steps import AnswerGenerator, BridgeRewriter, Decomposer, HopAnswerer, MalformedOutput, evidence_line
+from pipeline.config import ProgramConfig
 
 # What a small model gets wrong: unparseable output, the wrong shape, values that fail validation.
 LM_FAILURES = (AdapterParseError, MalformedOutput, ValueError)
-
-
-@dataclass
-class ProgramConfig:
-    """How the program runs the hops."""
-
-    max_hops: int = 4  # longer decompositions count as failed
-    carry: str = "supporting"  # "supporting" (the hop reader's cited facts) or "top_k"
-    compiled: str | None = None  # compiled program JSON (`hyperprove compile`); None: the built-in demonstrations
-
-    def __post_init__(self) -> None:
-        if self.max_hops < 1:
-            raise HyperProveError(f"program config: max_hops={self.max_hops!r} must be >= 1")
-        if self.carry not in ("supporting", "top_k"):
-            raise HyperProveError(f"program config: carry={self.carry!r} must be 'supporting' or 'top_k'")
 
 
 class HyperProve(dspy.Module):
@@ -125,3 +112,71 @@ class HyperProve(dspy.Module):
     def frontier_lines(self, frontier: list[int]) -> list[str]:
         facts = self.retriever.facts
         return [evidence_line(facts.passage_titles[int(facts.passage[i])], facts.text[i]) for i in frontier]
+
+
+# --- building and running the program --------------------------------------------------------------
+def load_compiled(module: dspy.Module, path: str | None) -> dspy.Module:
+    """Load a compiled program's state into `module` (a HyperProve, or a reader sharing its final
+    predictor); nothing to do without a path."""
+    from pipeline.files import read_json
+
+    if not path:
+        return module
+    if not Path(path).is_file():
+        raise HyperProveError(f"--program {path}: no such file")
+    state = read_json(path, "compiled program")
+    if not isinstance(state, dict):
+        raise HyperProveError(f"--program {path}: holds a JSON {type(state).__name__}, not a compiled HyperProve program (an object)")
+    try:
+        module.load(path)
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise HyperProveError(f"--program {path}: not a compiled HyperProve program ({type(error).__name__}: {error})") from None
+    return module
+
+
+def program_for(retriever: HypergraphRetriever | None, config) -> HyperProve:
+    """The HyperProve program of a `HyperProveConfig` around a retriever, with the compiled state
+    of `program.compiled` when it names one."""
+    return load_compiled(HyperProve(retriever, config.program), config.program.compiled)
+
+
+def format_chain(prediction: dspy.Prediction) -> list[str]:
+    """The evidence chain as lines: per hop the sub-question, the query, the facts, the answer;
+    `*` marks the facts the hop reader cited."""
+    lines = []
+    for hop in prediction.chain:
+        lines.append(f"  hop {hop['hop']}: {hop['sub_question']}")
+        if hop["query"] != hop["sub_question"]:
+            lines.append(f"    rewritten: {hop['query']}")
+        for fact in hop["facts"]:
+            mark = "*" if fact["id"] in hop["supporting"] else " "
+            lines.append(f"   {mark}[{fact['score']:.3f}] ({fact['title']}) {fact['text']}")
+        lines.append(f"    -> {hop['answer']}")
+    for note in prediction.fallbacks:
+        lines.append(f"  fallback: {note}")
+    return lines
+
+
+def answer_record(question: str, prediction: dspy.Prediction) -> dict:
+    return {"question": question, "answer": prediction.answer, "chain": prediction.chain, "fallbacks": prediction.fallbacks}
+
+
+def ask(config, index_directory: str, question: str, runtime=None, log=print) -> dict:
+    """Answer one question over a saved index with the program of `config`; logs the chain."""
+    from pipeline.index import load_index
+    from pipeline.runtime import Runtime
+
+    if not question.strip():
+        raise HyperProveError("the question is empty")
+    runtime = runtime or Runtime(config)
+    program = program_for(None, config)  # a bad --program fails before the index and the LM load
+    index = load_index(index_directory, expect_embedder=config.index.embedder)
+    program.retriever = index.retriever(config.retriever, runtime.embedder.encode_query)
+    session = runtime.session
+    started = time.perf_counter()
+    prediction = program(question)
+    log(f"Q: {question}")
+    log("\n".join(format_chain(prediction)))
+    log(f"A: {prediction.answer}")
+    return {**answer_record(question, prediction), "lm": session.id, "lm_calls": session.calls(),
+            "seconds": round(time.perf_counter() - started, 2)}

@@ -55,7 +55,7 @@ def test_bad_index_and_retriever_and_config(files, capsys):
     (files / "cfg.json").write_text(json.dumps({"retriever": {"alpha": 7}}))
     code, _, err = run(capsys, "evaluate", "--questions", files / "questions.json", "--corpus", files / "corpus.json",
                        "--retriever", "hyperprove", "--config", files / "cfg.json")
-    assert code == 2 and "alpha=7 is out of range" in err
+    assert code == 2 and err == f"error: {files / 'cfg.json'}: retriever config: alpha=7.0 is out of range\n"
 
 
 ALL_SYSTEMS = "dense,bm25,ppr,proprag,dense-facts,hypergraphrag,hyperprove-fixed,dense-iterative,hyperprove"
@@ -114,36 +114,32 @@ def test_evaluate_rejects_unknown_systems_and_gold_decomposition_without_one(fil
     assert code == 2 and "give --questions and --corpus" in err
 
 
-class ScriptedSession:
-    """Stands in for `LMSession`: a DummyLM behind the same interface, and the hashing embedder."""
+class Scripted:
+    """A runtime for `main`: a DummyLM answering from `answers` (set before the command runs),
+    and the hashing embedder; `last` is the runtime of the latest command."""
 
     answers: dict = {}
+    last = None
 
-    def __init__(self, config):
-        import dspy
+    def __call__(self, config):
         from dspy.utils import DummyLM
 
-        from pipeline.lm import CallCounter
+        from pipeline.runtime import Runtime
+        from tests.conftest import HashEmbedder
 
-        self.id = "dummy/scripted"
-        self.counter = CallCounter()
-        self.lm = DummyLM(self.answers)
-        self.lm.callbacks = [self.counter]
-        dspy.configure(lm=self.lm)
-        ScriptedSession.last = self
-
-    def calls(self):
-        return self.counter.calls
+        self.last = Runtime(config, lm=DummyLM(self.answers), embedder=HashEmbedder())
+        return self.last
 
 
 @pytest.fixture
-def scripted_cli(monkeypatch):
-    import pipeline.cli as cli
-    from tests.conftest import HashEmbedder
+def scripted_cli():
+    return Scripted()
 
-    monkeypatch.setattr(cli, "LMSession", ScriptedSession)
-    monkeypatch.setattr(cli, "_embedder", lambda config: HashEmbedder())
-    return ScriptedSession
+
+def run_scripted(capsys, scripted, *argv):
+    code = main([str(a) for a in argv], make_runtime=scripted)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
 
 
 def test_ask_prints_the_chain_and_ends_with_json(files, capsys, scripted_cli):
@@ -154,9 +150,9 @@ def test_ask_prints_the_chain_and_ends_with_json(files, capsys, scripted_cli):
         "[[ ## question ## ]]\nWho was the mother of Steven Spielberg?\n": {"answer": "Leah Adler", "supporting": [1]},
         "[[ ## question ## ]]\nWho was the mother of the director of Jaws?": {"answer": "Leah Adler"},
     }
-    code, _, _ = run(capsys, "index", files / "corpus.json", "--out", files / "idx", "--embedder", "test-hash")
+    code, _, _ = run_scripted(capsys, scripted_cli, "index", files / "corpus.json", "--out", files / "idx", "--embedder", "test-hash")
     assert code == 0
-    code, out, _ = run(capsys, "ask", files / "idx", "Who was the mother of the director of Jaws?", "--embedder", "test-hash", "--json")
+    code, out, _ = run_scripted(capsys, scripted_cli, "ask", files / "idx", "Who was the mother of the director of Jaws?", "--embedder", "test-hash", "--json")
     assert code == 0
     lines = out.strip().splitlines()
     assert lines[0] == "Q: Who was the mother of the director of Jaws?"
@@ -172,7 +168,7 @@ def test_ask_prints_the_chain_and_ends_with_json(files, capsys, scripted_cli):
 def test_demo_reports_every_extraction_fallback(tmp_path, capsys, scripted_cli):
     # An LM that never gives usable facts: every demo passage falls back to sentences, and says so.
     scripted_cli.answers = {"": {"entities": [], "facts": [], "sub_questions": [], "question": "", "answer": "", "supporting": []}}
-    code, out, _ = run(capsys, "demo", "--cache-dir", tmp_path / "cache", "--json")
+    code, out, _ = run_scripted(capsys, scripted_cli, "demo", "--cache-dir", tmp_path / "cache", "--json")
     assert code == 0
     assert "lm extraction: 12 passages, 0 from the cache, 0 extracted, 12 retried, 12 fell back to sentences" in out
     result = json.loads(out.strip().splitlines()[-1])
@@ -181,17 +177,18 @@ def test_demo_reports_every_extraction_fallback(tmp_path, capsys, scripted_cli):
     assert not (tmp_path / "cache" / "indexes").exists()  # an index built on fallbacks is not kept
 
 
-def test_an_lm_provider_failure_is_one_line(files, capsys, monkeypatch):
-    import pipeline.cli as cli
+def test_an_lm_provider_failure_is_one_line(files, capsys):
+    from pipeline.runtime import Runtime
 
     class AuthenticationError(Exception):
         __module__ = "litellm.exceptions"
 
-    def failing_session(config):
-        raise AuthenticationError("litellm.AuthenticationError: OpenAIException - The api_key client option must be set\nmore detail")
+    class NoKey(Runtime):
+        @property
+        def session(self):
+            raise AuthenticationError("litellm.AuthenticationError: OpenAIException - The api_key client option must be set\nmore detail")
 
-    monkeypatch.setattr(cli, "LMSession", failing_session)
-    code, _, err = run(capsys, "demo", "--lm", "openai/gpt-4o-mini", "--cache-dir", files / "cache")
+    code, _, err = run_scripted(capsys, NoKey, "demo", "--lm", "openai/gpt-4o-mini", "--cache-dir", files / "cache")
     assert code == 2
     assert err == "error: the LM failed (AuthenticationError): litellm.AuthenticationError: OpenAIException - The api_key client option must be set\n"
 
@@ -209,7 +206,7 @@ def two_hop_script(final_answer: str) -> dict:
 
 def test_evaluate_with_the_lm_runs_the_program_first_and_reads_every_system(files, capsys, scripted_cli, tmp_path):
     scripted_cli.answers = two_hop_script(final_answer="2017")
-    code, out, _ = run(capsys, "evaluate", "--questions", files / "questions.json", "--corpus", files / "corpus.json",
+    code, out, _ = run_scripted(capsys, scripted_cli, "evaluate", "--questions", files / "questions.json", "--corpus", files / "corpus.json",
                        "--retriever", "dense-iterative,dense,hyperprove", "--decomposition", "lm", "--read",
                        "--embedder", "test-hash", "--cache-dir", tmp_path / "cache", "--out", tmp_path / "results", "--no-track", "--json")
     assert code == 0
@@ -234,7 +231,7 @@ def test_evaluate_with_the_lm_runs_the_program_first_and_reads_every_system(file
     assert predictions["dense-iterative"][0]["passages"] == interleave_passages([search(q) for q in queries])[:5]
     assert "| hyperprove | 1 | " in (tmp_path / "results" / "results.md").read_text()
     # Without --read the baselines only rank: no reader calls, the same passages.
-    code, out, _ = run(capsys, "evaluate", "--questions", files / "questions.json", "--corpus", files / "corpus.json",
+    code, out, _ = run_scripted(capsys, scripted_cli, "evaluate", "--questions", files / "questions.json", "--corpus", files / "corpus.json",
                        "--retriever", "dense-iterative,hyperprove", "--decomposition", "lm",
                        "--embedder", "test-hash", "--cache-dir", tmp_path / "cache", "--out", tmp_path / "ranked", "--no-track", "--json")
     assert code == 0
@@ -246,10 +243,10 @@ def test_evaluate_with_the_lm_runs_the_program_first_and_reads_every_system(file
 
 
 def test_evaluate_refuses_an_index_of_another_corpus(files, capsys, scripted_cli, tmp_path):
-    code, _, _ = run(capsys, "index", files / "corpus.json", "--out", files / "idx", "--embedder", "test-hash")
+    code, _, _ = run_scripted(capsys, scripted_cli, "index", files / "corpus.json", "--out", files / "idx", "--embedder", "test-hash")
     assert code == 0
     (tmp_path / "other.json").write_text(json.dumps(CORPUS[:4]))
-    code, _, err = run(capsys, "evaluate", "--questions", files / "questions.json", "--corpus", tmp_path / "other.json",
+    code, _, err = run_scripted(capsys, scripted_cli, "evaluate", "--questions", files / "questions.json", "--corpus", tmp_path / "other.json",
                        "--index", files / "idx", "--retriever", "ppr", "--embedder", "test-hash", "--no-track")
     assert code == 2
     assert err == f"error: {files / 'idx'} (for {tmp_path / 'other.json'}): built from another corpus than the one evaluated (corpus checksums differ)\n"
@@ -258,12 +255,13 @@ def test_evaluate_refuses_an_index_of_another_corpus(files, capsys, scripted_cli
 def test_reproduce_reruns_a_tracked_run_and_refuses_changed_data(files, capsys, scripted_cli, tmp_path):
     scripted_cli.answers = two_hop_script(final_answer="Leah Adler")  # wrong on purpose: EM 0, F1 0
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    code, out, _ = run(capsys, "evaluate", "--questions", files / "questions.json", "--corpus", files / "corpus.json",
+    code, out, _ = run_scripted(capsys, scripted_cli, "evaluate", "--questions", files / "questions.json", "--corpus", files / "corpus.json",
                        "--retriever", "hyperprove,dense,ppr", "--decomposition", "lm", "--embedder", "test-hash",
                        "--cache-dir", tmp_path / "cache", "--out", tmp_path / "first", "--tracking-uri", uri, "--json")
     assert code == 0
     first = json.loads(out.strip().splitlines()[-1])
-    code, out, _ = run(capsys, "reproduce", first["mlflow_run"], "--tracking-uri", uri, "--out", tmp_path / "again", "--json")
+    code, out, _ = run_scripted(capsys, scripted_cli, "reproduce", first["mlflow_run"], "--tracking-uri", uri, "--out", tmp_path / "again",
+                                "--cache-dir", tmp_path / "cache", "--json")
     assert code == 0
     again = json.loads(out.strip().splitlines()[-1])
     assert again["identical"] is True and again["reproduction"] != first["mlflow_run"]
@@ -277,10 +275,10 @@ def test_reproduce_reruns_a_tracked_run_and_refuses_changed_data(files, capsys, 
     changed = [dict(p) for p in CORPUS]
     changed[4]["text"] += " It is long."
     (files / "corpus.json").write_text(json.dumps(changed))
-    code, _, err = run(capsys, "reproduce", first["mlflow_run"], "--tracking-uri", uri)
+    code, _, err = run_scripted(capsys, scripted_cli, "reproduce", first["mlflow_run"], "--tracking-uri", uri)
     assert code == 2
     assert err == f"error: {files / 'corpus.json'}: differs from the corpus run {first['mlflow_run']} was evaluated on (sha256 mismatch); not reproducing\n"
-    code, _, err = run(capsys, "reproduce", "0" * 32, "--tracking-uri", uri)
+    code, _, err = run_scripted(capsys, scripted_cli, "reproduce", "0" * 32, "--tracking-uri", uri)
     assert code == 2 and err == f"error: run {'0' * 32}: not in the tracking store {uri}\n"
 
 
@@ -315,7 +313,7 @@ def test_compile_decompose_then_evaluate_and_reproduce_with_the_compiled_program
     }
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     program = tmp_path / "decompose.json"
-    code, out, _ = run(capsys, "compile", "--questions", files / "train.json", "--corpus", files / "corpus.json", "--train", 2, "--val", 1,
+    code, out, _ = run_scripted(capsys, scripted_cli, "compile", "--questions", files / "train.json", "--corpus", files / "corpus.json", "--train", 2, "--val", 1,
                        "--demos", 1, "--labeled-demos", 1, "--out", program, "--tracking-uri", uri, "--cache-dir", tmp_path / "cache", "--json")
     assert code == 0
     report = json.loads(out.strip().splitlines()[-1])
@@ -346,13 +344,13 @@ def test_compile_decompose_then_evaluate_and_reproduce_with_the_compiled_program
     # The compiled program drives evaluate (its demonstrations are in the decompose prompt), travels
     # with the run, and `reproduce` reruns with it.
     scripted_cli.answers = two_hop_script(final_answer="2017")
-    code, out, _ = run(capsys, "evaluate", "--questions", files / "questions.json", "--corpus", files / "corpus.json", "--retriever", "hyperprove",
+    code, out, _ = run_scripted(capsys, scripted_cli, "evaluate", "--questions", files / "questions.json", "--corpus", files / "corpus.json", "--retriever", "hyperprove",
                        "--decomposition", "lm", "--program", program, "--embedder", "test-hash", "--cache-dir", tmp_path / "cache",
                        "--out", tmp_path / "first", "--tracking-uri", uri, "--json")
     assert code == 0
     first = json.loads(out.strip().splitlines()[-1])
     assert first["retrievers"]["hyperprove"]["em"] == 100.0 and first["retrievers"]["hyperprove"]["questions_with_fallbacks"] == 0
-    (decompose_prompt,) = [str(call["messages"]) for call in scripted_cli.last.lm.history if "sub_questions ## ]]`" in str(call["messages"])]
+    (decompose_prompt,) = [str(call["messages"]) for call in scripted_cli.last.session.lm.history if "sub_questions ## ]]`" in str(call["messages"])]
     assert TRAIN[0]["question"] in decompose_prompt and TRAIN[1]["question"] in decompose_prompt and "Spielberg Prize" not in decompose_prompt
     results = json.loads((tmp_path / "first" / "results.json").read_text())
     assert results["program_sha256"] == hashlib.sha256(program.read_bytes()).hexdigest()
@@ -364,11 +362,12 @@ def test_compile_decompose_then_evaluate_and_reproduce_with_the_compiled_program
                                                    "2 training examples, ")
     assert compiled_program(results)[0].endswith("its grade on 1 held-out training examples went from 93.33 to 93.33.")
     program.unlink()  # reproduce uses the program the run logged
-    code, out, _ = run(capsys, "reproduce", first["mlflow_run"], "--tracking-uri", uri, "--out", tmp_path / "again", "--json")
+    code, out, _ = run_scripted(capsys, scripted_cli, "reproduce", first["mlflow_run"], "--tracking-uri", uri, "--out", tmp_path / "again",
+                                "--cache-dir", tmp_path / "cache", "--json")
     assert code == 0 and json.loads(out.strip().splitlines()[-1])["identical"] is True
 
     # Untracked, a compile still writes the program and its record, and logs nothing.
-    code, out, _ = run(capsys, "compile", "--questions", files / "train.json", "--corpus", files / "corpus.json", "--train", 2, "--val", 0,
+    code, out, _ = run_scripted(capsys, scripted_cli, "compile", "--questions", files / "train.json", "--corpus", files / "corpus.json", "--train", 2, "--val", 0,
                        "--out", tmp_path / "untracked.json", "--no-track", "--cache-dir", tmp_path / "cache", "--json")
     assert code == 0 and "mlflow_run" not in json.loads(out.strip().splitlines()[-1])
     assert json.loads((tmp_path / "untracked.record.json").read_text())["val_before"] is None
@@ -378,10 +377,10 @@ def test_compile_decompose_then_evaluate_and_reproduce_with_the_compiled_program
 def test_compile_flags_override_the_experiment_config():
     from pathlib import Path
 
-    from pipeline.cli import _config, build_parser
+    from pipeline.cli import build_config, build_parser
 
     shipped = Path(__file__).resolve().parents[1] / "experiments" / "configs" / "musique-compile-mipro.json"
     args = build_parser().parse_args(["compile", "--config", str(shipped), "--optimizer", "gepa", "--budget", "7"])
-    settings = _config(args).compile
+    settings = build_config(args).compile
     assert (settings.optimizer, settings.budget, settings.train, settings.val) == ("gepa", 7, 20, 20)  # the rest from the file
-    assert _config(build_parser().parse_args(["compile", "--config", str(shipped)])).compile.budget == 4
+    assert build_config(build_parser().parse_args(["compile", "--config", str(shipped)])).compile.budget == 4

@@ -4,9 +4,10 @@ import json
 
 import pytest
 
-from experiments.data import Step, load_corpus, load_questions
+from experiments.data import Step, load_questions
 from modules.errors import HyperProveError
 from modules.facts import Passage
+from pipeline.corpus import load_corpus
 
 
 def write(tmp_path, name, value):

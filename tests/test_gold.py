@@ -4,11 +4,10 @@ import pytest
 
 from experiments.data import Question, Step
 from experiments.gold import DensePassageSearch, evaluate_ranker, gold_sub_queries, hyperprove_chain
-from modules.retriever import interleave_passages
-from modules.steps import fill_references
 from modules.errors import HyperProveError
 from modules.facts import Passage
-from modules.retriever import RetrieverConfig
+from modules.references import fill_references
+from modules.retriever import RetrieverConfig, interleave_passages
 from pipeline.config import IndexConfig
 from pipeline.index import build_index
 

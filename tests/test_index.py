@@ -130,5 +130,6 @@ def test_interrupted_save_leaves_the_old_index_intact(built, tmp_path, monkeypat
 def test_refuses_to_overwrite_a_directory_that_is_not_an_index(built, tmp_path):
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "keep.txt").write_text("mine")
-    with pytest.raises(HyperProveError, match="is not a HyperProve index"):
+    with pytest.raises(HyperProveError, match="holds 'keep.txt', which is not part of a HyperProve index"):
         save_index(built, tmp_path / "notes")
+    assert (tmp_path / "notes" / "keep.txt").read_text() == "mine"

@@ -8,7 +8,8 @@ import pytest
 
 from modules.errors import HyperProveError
 from pipeline import lm as lm_module
-from pipeline.lm import LMConfig, local_model_path, make_lm
+from pipeline.config import LMConfig
+from pipeline.lm import local_model_path, make_lm
 
 
 @pytest.fixture

@@ -8,10 +8,10 @@ from experiments.data import Question
 from experiments.qa import evaluate_program
 from modules.facts import Passage
 from modules.retriever import RetrieverConfig
-from pipeline.config import IndexConfig
+from pipeline.config import IndexConfig, ProgramConfig
 from pipeline.index import build_index
 from pipeline.lm import CallCounter
-from pipeline.program import HyperProve, ProgramConfig
+from pipeline.program import HyperProve
 
 CORPUS = [
     Passage("Jaws (film)", "Jaws is a 1975 thriller film. Jaws was directed by Steven Spielberg."),

@@ -5,7 +5,8 @@ import pytest
 from dspy.utils import DummyLM
 
 from modules.facts import ScoredFact
-from modules.steps import AnswerGenerator, BridgeRewriter, Decomposer, FactExtractor, HopAnswerer, MalformedOutput, fill_references, mentioned
+from modules.references import fill_references
+from modules.steps import AnswerGenerator, BridgeRewriter, Decomposer, FactExtractor, HopAnswerer, MalformedOutput, mentioned
 
 
 def scripted(*answers):

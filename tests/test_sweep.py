@@ -5,8 +5,9 @@ import statistics
 
 import pytest
 
+from experiments.stats import paired_difference
 from modules.errors import HyperProveError
-from optimize.sweep import TIE_WEIGHT, finished_trials, open_study, paired_difference, run_sweep, summary, trial_scores
+from optimize.study import TIE_WEIGHT, finished_trials, open_study, run_trials, summary, trial_scores
 from pipeline.config import SweepConfig
 
 QUESTIONS = list(range(6))
@@ -28,21 +29,21 @@ def test_an_interrupted_sweep_continues_the_same_study(tmp_path):
         return alpha_score(params, chunk)
 
     with pytest.raises(KeyboardInterrupt):
-        run_sweep(sweep, QUESTIONS, interrupted, progress=False)
+        run_trials(sweep, QUESTIONS, interrupted, progress=False)
     assert finished_trials(open_study(sweep)) == 2
-    study = run_sweep(sweep, QUESTIONS, alpha_score, progress=False)
+    study = run_trials(sweep, QUESTIONS, alpha_score, progress=False)
     assert finished_trials(study) == 5 and len(study.trials) == 6  # the interrupted trial stays, failed
     assert [t.number for t in study.trials] == [0, 1, 2, 3, 4, 5]
     # the first two trials were not redone: their parameters are the ones scored before the interruption
     assert [t.params["alpha"] for t in study.trials[:2]] == [calls[0]["alpha"], calls[2]["alpha"]]
     best = summary(study)
     assert best["complete"] == 5 and best["best_value"] == pytest.approx(100 * (1 - (best["best_params"]["alpha"] - 0.7) ** 2), abs=1e-3)
-    assert run_sweep(sweep, QUESTIONS, alpha_score, progress=False).trials[-1].number == 5  # nothing left to do
+    assert run_trials(sweep, QUESTIONS, alpha_score, progress=False).trials[-1].number == 5  # nothing left to do
 
 
 def test_pruned_trials_were_below_the_median_at_their_last_step(tmp_path):
     sweep = SweepConfig(trials=14, storage=f"sqlite:///{tmp_path}/optuna.db", study="p", chunk=2)
-    study = run_sweep(sweep, QUESTIONS, lambda params, chunk: [{"recall@5": params["alpha"]}] * len(chunk), progress=False)
+    study = run_trials(sweep, QUESTIONS, lambda params, chunk: [{"recall@5": params["alpha"]}] * len(chunk), progress=False)
     from optuna.trial import TrialState
 
     pruned = [t for t in study.trials if t.state == TrialState.PRUNED]
@@ -61,14 +62,14 @@ def test_bad_sweep_config_is_named():
         SweepConfig(theta=[0.5, 0.1])
 
 
-def test_the_sweep_command_tracks_trials_and_writes_the_best_config(tmp_path, capsys, monkeypatch):
-    import pipeline.cli as cli
+def test_the_sweep_command_tracks_trials_and_writes_the_best_config(tmp_path, capsys):
     from mlflow.tracking import MlflowClient
 
+    from pipeline.cli import main
+    from pipeline.runtime import Runtime
     from tests.conftest import HashEmbedder
     from tests.test_cli import CORPUS, QUESTIONS
 
-    monkeypatch.setattr(cli, "_embedder", lambda config: HashEmbedder())
     (tmp_path / "corpus.json").write_text(json.dumps(CORPUS))
     (tmp_path / "questions.json").write_text(json.dumps(QUESTIONS))
     uri = f"sqlite:///{tmp_path}/mlflow.db"
@@ -76,7 +77,7 @@ def test_the_sweep_command_tracks_trials_and_writes_the_best_config(tmp_path, ca
             "--trials", "3", "--storage", f"sqlite:///{tmp_path}/optuna.db", "--study", "toy", "--cache-dir", tmp_path / "cache",
             "--best-out", tmp_path / "best.json", "--tracking-uri", uri, "--validate", tmp_path / "questions.json",
             "--out", tmp_path / "sweep", "--json"]
-    assert cli.main([str(a) for a in argv]) == 0
+    assert main([str(a) for a in argv], make_runtime=lambda config: Runtime(config, embedder=HashEmbedder())) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["complete"] + result["pruned"] == 3 and result["trials"] == 3
     # trial 0 is the configured retriever; scored again on the held-out set (here the same questions)
@@ -99,7 +100,7 @@ def test_the_sweep_command_tracks_trials_and_writes_the_best_config(tmp_path, ca
     assert parent.data.tags["hyperprove.kind"] == "sweep" and parent.data.metrics["best.recall_at_5"] == result["best_scores"]["recall@5"]
     children = client.search_runs([parent.info.experiment_id], f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
     assert sorted(run.info.run_name for run in children) == ["trial-0", "trial-1", "trial-2"]
-    assert client.search_runs([parent.info.experiment_id], f"attributes.run_name = 'trial-0'")[0].data.params == {
+    assert client.search_runs([parent.info.experiment_id], "attributes.run_name = 'trial-0'")[0].data.params == {
         "alpha": "0.9", "theta": "0.05", "depth": "2", "top_k": "3"}
     assert {a.path for a in client.list_artifacts(parent.info.run_id)} >= {"best.json", "sweep.json", "history.png", "parallel_coordinates.png"}
 
@@ -111,11 +112,11 @@ def test_n_seeds_and_subgraph_bound_are_swept_only_when_given_a_range(tmp_path):
         seen.append(params)
         return alpha_score(params, chunk)
 
-    run_sweep(SweepConfig(trials=3, storage=f"sqlite:///{tmp_path}/a.db", n_seeds=[5, 40]), QUESTIONS, record, progress=False)
+    run_trials(SweepConfig(trials=3, storage=f"sqlite:///{tmp_path}/a.db", n_seeds=[5, 40]), QUESTIONS, record, progress=False)
     assert {tuple(sorted(p)) for p in seen} == {("alpha", "depth", "n_seeds", "theta", "top_k")}
     assert all(5 <= p["n_seeds"] <= 40 and 1 <= p["depth"] <= 4 and 2 <= p["top_k"] <= 12 for p in seen)
     seen.clear()
-    run_sweep(SweepConfig(trials=2, storage=f"sqlite:///{tmp_path}/b.db"), QUESTIONS, record, progress=False)
+    run_trials(SweepConfig(trials=2, storage=f"sqlite:///{tmp_path}/b.db"), QUESTIONS, record, progress=False)
     assert {tuple(sorted(p)) for p in seen} == {("alpha", "depth", "theta", "top_k")}
     with pytest.raises(HyperProveError, match=r"subgraph_bound=\[900, 300\] must be \[low, high\]"):
         SweepConfig(subgraph_bound=[900, 300])
@@ -128,7 +129,7 @@ def test_ties_on_the_objective_are_ordered_by_the_partner_metric(tmp_path):
     assert SweepConfig(objective="f1").tie_break == "em"
     # Recall@5 is flat; Recall@2 grows with alpha: the best trial is the one with the largest alpha.
     plateau = lambda params, chunk: [{"recall@5": 0.8, "recall@2": params["alpha"]} for _ in chunk]  # noqa: E731
-    study = run_sweep(SweepConfig(trials=8, storage=f"sqlite:///{tmp_path}/t.db"), QUESTIONS, plateau, progress=False)
+    study = run_trials(SweepConfig(trials=8, storage=f"sqlite:///{tmp_path}/t.db"), QUESTIONS, plateau, progress=False)
     best = summary(study)
     assert best["best_params"]["alpha"] == max(t.params["alpha"] for t in study.trials)
     assert best["best_scores"] == {"recall@5": 80.0, "recall@2": round(100 * best["best_params"]["alpha"], 2)}
@@ -137,7 +138,7 @@ def test_ties_on_the_objective_are_ordered_by_the_partner_metric(tmp_path):
 def test_the_pruner_judges_the_running_mean_at_this_step_not_the_best_so_far():
     import optuna
 
-    from optimize.sweep import RunningMedianPruner
+    from optimize.study import RunningMedianPruner
 
     study = optuna.create_study(direction="maximize")
     for value in (80.0, 82.0, 84.0, 86.0, 88.0):  # five complete trials; median 84 at every step

@@ -71,7 +71,7 @@ def test_the_ui_serves_the_runs_on_a_loopback_port(tmp_path):
 
 
 def test_same_index_and_metric_deltas():
-    from optimize.tracking import same_index, metric_deltas
+    from optimize.reproduce import metric_deltas, same_index
 
     saved = {"files": {"facts.jsonl": {"sha256": "a"}}, "counts": {"facts": 3}}
     assert same_index(saved, {"files": {"facts.jsonl": {"sha256": "a"}}, "counts": {"facts": 9}})

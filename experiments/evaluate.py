@@ -1,0 +1,138 @@
+"""`hyperprove evaluate` as one function: systems on a question set, the results folder, the MLflow run.
+
+Everything that can be wrong with the request (missing files, a results folder that is not one,
+a compiled program that does not load) is found before the first question, so a long evaluation
+never fails at its end. The results folder is written as a whole: a reader (or a kill) sees the
+previous results or the new ones, never a mix, and a reused folder keeps no file of an earlier run.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Callable
+
+from modules.errors import HyperProveError
+from pipeline.config import HyperProveConfig
+
+RESULT_FILES = ("results.md", "results.json", "predictions.json", "index_manifest.json", "program.json")
+
+
+def results_folder(config: HyperProveConfig) -> Path:
+    """`evaluation.out`, or .hyperprove/results/<questions' folder>-<file>-<decomposition>-<time>."""
+    from experiments.harness import timestamp
+
+    run = config.evaluation
+    return Path(run.out or Path(".hyperprove") / "results" / f"{run_name(config)}-{timestamp()}")
+
+
+def run_name(config: HyperProveConfig) -> str:
+    run = config.evaluation
+    dataset = Path(run.questions).resolve()
+    return run.name or f"{dataset.parent.name}-{dataset.stem}-{run.decomposition}"
+
+
+def check_results_folder(out: Path) -> None:
+    """A results folder may replace an earlier one (it holds results.json and our files only)."""
+    from pipeline.files import check_replaceable
+
+    earlier = out.is_dir() and (out / "results.json").is_file()
+    check_replaceable(out, RESULT_FILES if earlier else None, "evaluation results")
+
+
+def run_evaluation(config: HyperProveConfig, runtime=None, tags: dict | None = None,
+                   check_index: Callable[[dict | None], None] | None = None, log: Callable[[str], None] = print) -> dict:
+    """Evaluate the configured systems; `check_index` sees the index manifest before any question.
+    Returns {"retrievers": {system: summary}, "out": folder, "mlflow_run": id or None}."""
+    from experiments.data import load_questions
+    from experiments.harness import PASSAGE_LEVEL, Workbench, evaluate_systems, parse_systems
+    from optimize.tracking import git_state
+    from pipeline.corpus import load_corpus
+    from pipeline.index import cached_index, load_index, read_manifest
+    from pipeline.program import load_compiled, program_for
+    from pipeline.runtime import Runtime
+
+    run = config.evaluation
+    if not run.questions or not run.corpus:
+        raise HyperProveError("evaluate: give --questions and --corpus (or a --config with evaluation.questions and evaluation.corpus)")
+    source = git_state()  # the code that runs: taken now, not when a long run ends
+    names = parse_systems(run.retrievers)
+    with_lm = run.decomposition == "lm"
+    if run.read and not with_lm:
+        raise HyperProveError("--read hands passages to the LM reader: use it with --decomposition lm")
+    out = results_folder(config)
+    check_results_folder(out)
+    passages = load_corpus(run.corpus)
+    questions = load_questions(run.questions, passages)[: run.limit]
+    if with_lm:
+        program_for(None, config)  # a compiled program that does not load fails now, not after the run
+    runtime = runtime or Runtime(config)
+    embedder = runtime.embedder
+    session = runtime.session if with_lm else None  # an index still to extract with the LM starts it itself
+    index_directory: Path | None = None  # where the index used lives, for its manifest
+
+    def load():
+        nonlocal index_directory
+        if run.index:
+            index_directory = Path(run.index)
+            return load_index(run.index, expect=config.index)
+        index, index_directory = cached_index(passages, config, runtime, log)
+        return index
+
+    bench = Workbench(
+        passages, config, embedder, load,
+        make_program=(lambda index: program_for(index.retriever(config.retriever, embedder.encode_query), config)) if with_lm else None,
+        prepare_reader=lambda module: load_compiled(module, config.program.compiled),
+        needs_index=bool(run.index) or any(name not in PASSAGE_LEVEL for name in names),
+        index_label=f"{run.index} (for {run.corpus})" if run.index else "the cached index",
+    )
+    index_manifest = None
+    if bench.needs_index:  # build or load it now, outside the per-question timing
+        index = bench.index
+        index_manifest = read_manifest(index_directory) if index_directory else {"saved": False, **index.info, "counts": index.counts()}
+    if check_index is not None:
+        check_index(index_manifest)
+    embedder.load()
+    embedder.encode_query("warm-up")  # the first call pays one-off set-up costs, not a system
+    results = evaluate_systems(names, questions, bench, run.decomposition, run.read, session.calls if session else (lambda: 0))
+    return record_evaluation(config, results, out, len(questions), session.id if session else None, index_manifest,
+                             {**source, **(tags or {})}, log)
+
+
+def record_evaluation(config: HyperProveConfig, results: dict, out: Path, n_questions: int, lm_id: str | None,
+                      index_manifest: dict | None, tags: dict, log: Callable[[str], None] = print) -> dict:
+    """Write the results folder (atomically, as a whole), print the table, log the MLflow run.
+    `tags` carry the git state taken when the run started."""
+    from experiments.harness import results_table, write_results
+    from pipeline.files import atomic_directory, atomic_write_bytes, atomic_write_json, read_json, sha256_file
+
+    run = config.evaluation
+    compiled = config.program.compiled
+    header = {
+        "name": run_name(config), "description": run.description, "questions": run.questions, "corpus": run.corpus,
+        "data_sha256": {"questions": sha256_file(run.questions), "corpus": sha256_file(run.corpus)},
+        "n_questions": n_questions, "decomposition": run.decomposition, "read": run.read, "lm": lm_id,
+        "program_sha256": sha256_file(compiled) if compiled else None,
+        "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        **{key: tags[key] for key in ("git_commit", "git_dirty") if key in tags}, "config": config.to_dict(),
+    }
+    outcome = {"retrievers": {n: r.summary for n, r in results.items()}, "out": str(out), "mlflow_run": None}
+    with atomic_directory(out) as scratch:
+        paths = write_results(scratch, header, results)
+        if index_manifest is not None:
+            paths["index_manifest"] = scratch / "index_manifest.json"
+            atomic_write_json(paths["index_manifest"], index_manifest)
+        if compiled:  # the compiled program travels with the results (and into the MLflow run)
+            paths["program"] = scratch / "program.json"
+            atomic_write_bytes(paths["program"], Path(compiled).read_bytes())
+        if config.tracking.enabled:
+            from optimize.tracking import log_evaluation
+
+            tags = {**tags, "hyperprove.lm": lm_id} if lm_id else tags
+            outcome["mlflow_run"] = log_evaluation(config.tracking, config.to_dict(), outcome["retrievers"], paths, header["name"], tags)
+            atomic_write_json(paths["results"], {**read_json(paths["results"], "results"), "mlflow_run": outcome["mlflow_run"]})
+    log(results_table([r.summary for r in results.values()]).rstrip())
+    log(f"results, predictions and the index manifest in {out}/")
+    if outcome["mlflow_run"]:
+        log(f"MLflow run {outcome['mlflow_run']} in {config.tracking.uri} (experiment {config.tracking.experiment!r}; `hyperprove ui` shows it)")
+    return outcome
