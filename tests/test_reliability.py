@@ -1,0 +1,517 @@
+"""Every bad input, kill and tampered record the reviews of issue 12 found, fed exactly as found:
+each ends in one line naming the problem (exit 2) or in preserved state, never in a traceback,
+a lost folder or a silently wrong record."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from modules.errors import HyperProveError
+from pipeline.cli import main
+from pipeline.runtime import Runtime
+from tests.conftest import HashEmbedder
+from tests.test_cli import CORPUS, QUESTIONS, two_hop_script
+
+
+def run(capsys, *argv, runtime=None):
+    code = main([str(a) for a in argv], make_runtime=runtime or (lambda config: Runtime(config, embedder=HashEmbedder())))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def one_line(err: str) -> str:
+    assert err.startswith("error: ") and err.endswith("\n") and err.count("\n") == 1, err
+    return err[len("error: "):-1]
+
+
+def dead_pid() -> int:
+    """The id of a process that has exited."""
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
+@pytest.fixture
+def files(tmp_path):
+    (tmp_path / "corpus.json").write_text(json.dumps(CORPUS))
+    (tmp_path / "questions.json").write_text(json.dumps(QUESTIONS))
+    return tmp_path
+
+
+def snapshot(directory: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+# --- data loss -------------------------------------------------------------------------------------------
+def test_index_never_replaces_a_folder_that_is_not_an_index(files, capsys):
+    site = files / "site"
+    site.mkdir()
+    (site / "manifest.json").write_text('{"name": "my web app", "start_url": "/"}')
+    (site / "index.html").write_text("<html></html>")
+    before = snapshot(site)
+    code, _, err = run(capsys, "index", files / "corpus.json", "--out", site, "--embedder", "test-hash")
+    assert code == 2 and one_line(err) == f"--out {site}: holds 'index.html', which is not part of a HyperProve index; choose an empty or new folder"
+    assert snapshot(site) == before
+
+
+def test_an_earlier_index_is_replaced_but_not_with_a_stranger_beside_it(files, capsys):
+    out = files / "idx"
+    assert run(capsys, "index", files / "corpus.json", "--out", out, "--embedder", "test-hash")[0] == 0
+    assert run(capsys, "index", files / "corpus.json", "--out", out, "--embedder", "test-hash")[0] == 0  # an index replaces an index
+    (out / "notes.txt").write_text("mine")
+    code, _, err = run(capsys, "index", files / "corpus.json", "--out", out, "--embedder", "test-hash")
+    assert code == 2 and "holds 'notes.txt', which is not part of a HyperProve index" in one_line(err)
+    assert (out / "notes.txt").read_text() == "mine"
+
+
+def test_index_refuses_its_out_before_the_build(files, capsys):
+    class NoEmbedding(HashEmbedder):
+        def encode(self, texts, progress=None):
+            raise AssertionError("the build started")
+
+    (files / "busy").mkdir()
+    (files / "busy" / "data.csv").write_text("1,2")
+    code, _, err = run(capsys, "index", files / "corpus.json", "--out", files / "busy", "--embedder", "test-hash",
+                       runtime=lambda config: Runtime(config, embedder=NoEmbedding()))
+    assert code == 2 and "holds 'data.csv'" in one_line(err)
+    (files / "a-file").write_text("x")
+    code, _, err = run(capsys, "index", files / "corpus.json", "--out", files / "a-file", "--embedder", "test-hash",
+                       runtime=lambda config: Runtime(config, embedder=NoEmbedding()))
+    assert code == 2 and one_line(err) == f"--out {files / 'a-file'}: is a file, not a folder for a HyperProve index"
+
+
+# --- indexes that never loaded -------------------------------------------------------------------------------
+def test_line_separators_inside_a_passage_survive_the_round_trip(files, capsys):
+    corpus = [{"title": "Odd", "text": "One\u2028two\u2029three\x85four. Five."}, *CORPUS]
+    (files / "odd.json").write_text(json.dumps(corpus))
+    assert run(capsys, "index", files / "odd.json", "--out", files / "idx", "--embedder", "test-hash")[0] == 0
+    from pipeline.index import load_index
+
+    assert load_index(files / "idx").passages[0].text == "One\u2028two\u2029three\x85four. Five."
+
+
+def test_a_lone_surrogate_is_named_not_a_traceback(files, capsys):
+    (files / "bad.json").write_text('[{"title": "A", "text": "broken \\ud800 text"}]')
+    code, _, err = run(capsys, "index", files / "bad.json", "--out", files / "idx", "--embedder", "test-hash")
+    assert code == 2
+    assert one_line(err) == f'{files / "bad.json"}: item 0: field "text" holds \'\\ud800\' at character 7, a lone surrogate, which is not text'
+
+
+# --- stale caches and wrong records ---------------------------------------------------------------------------
+def test_the_index_cache_is_keyed_on_every_setting_that_shapes_the_index(files):
+    from pipeline.config import HyperProveConfig
+    from pipeline.corpus import load_corpus
+    from pipeline.index import cached_index, index_key
+
+    passages = load_corpus(files / "corpus.json")
+    base = HyperProveConfig().with_overrides(index={"embedder": "test-hash"}, cache_dir=str(files / "cache"))
+    keys = {index_key(passages, base.with_overrides(index={name: value}))
+            for name, value in [("eta", 0.8), ("eta", 0.5), ("synonym_neighbors", 3), ("exact_search_max", 2), ("extractor", "lm")]}
+    assert len(keys) == 5
+    assert index_key(passages, base.with_overrides(index={"batch_size": 8})) == index_key(passages, base)  # pace, not shape
+    first, _ = cached_index(passages, base, Runtime(base, embedder=HashEmbedder()), log=lambda line: None)
+    changed = base.with_overrides(index={"synonym_neighbors": 3})
+    second, directory = cached_index(passages, changed, Runtime(changed, embedder=HashEmbedder()), log=lambda line: None)
+    assert first.info["config"]["synonym_neighbors"] == 10 and second.info["config"]["synonym_neighbors"] == 3
+    assert json.loads((directory / "manifest.json").read_text())["config"]["synonym_neighbors"] == 3
+
+
+def test_an_index_built_with_other_settings_is_refused_not_misrecorded(files, capsys):
+    assert run(capsys, "index", files / "corpus.json", "--out", files / "idx", "--embedder", "test-hash")[0] == 0
+    code, _, err = run(capsys, "evaluate", "--questions", files / "questions.json", "--corpus", files / "corpus.json",
+                       "--index", files / "idx", "--retriever", "ppr", "--eta", "0.5", "--embedder", "test-hash", "--no-track",
+                       "--out", files / "results")
+    assert code == 2
+    assert one_line(err) == (f"{files / 'idx'}: built with eta 0.8, but eta 0.5 was asked for; "
+                             "ask for 0.8 (--eta or index.eta in the config) or rebuild the index")
+    assert not (files / "results").exists()
+
+
+# --- reproduce trusts nothing it should not ------------------------------------------------------------------
+@pytest.fixture
+def tracked(files, capsys, monkeypatch):
+    """An evaluate run tracked in a store under the test's folder (the working directory), and a
+    way to rewrite its logged results.json as an attacker would."""
+    monkeypatch.chdir(files)
+    scripted = two_hop_script(final_answer="2017")
+
+    def runtime(config):
+        from dspy.utils import DummyLM
+
+        return Runtime(config, lm=DummyLM(scripted), embedder=HashEmbedder())
+
+    uri = f"sqlite:///{files}/mlflow.db"
+    code, out, _ = run(capsys, "evaluate", "--questions", files / "questions.json", "--corpus", files / "corpus.json",
+                       "--retriever", "hyperprove,dense", "--decomposition", "lm", "--embedder", "test-hash",
+                       "--cache-dir", files / "cache", "--out", files / "first", "--tracking-uri", uri, "--json", runtime=runtime)
+    assert code == 0
+    run_id = json.loads(out.strip().splitlines()[-1])["mlflow_run"]
+    (logged,) = [p for p in (files / ".hyperprove" / "mlartifacts").rglob("results.json") if run_id in str(p)]
+
+    def tamper(change):
+        record = json.loads(logged.read_text())
+        change(record)
+        logged.write_text(json.dumps(record))
+
+    return {"uri": uri, "run": run_id, "tamper": tamper, "runtime": runtime}
+
+
+@pytest.mark.parametrize("name", ["../../escaped", "/tmp/hyperprove-escaped"])
+def test_reproduce_writes_only_under_the_local_results_folder(files, capsys, tracked, name):
+    tracked["tamper"](lambda record: record.update(name=name))
+    code, out, _ = run(capsys, "reproduce", tracked["run"], "--tracking-uri", tracked["uri"], "--json", runtime=tracked["runtime"])
+    assert code == 0
+    written = Path(json.loads(out.strip().splitlines()[-1])["out"])
+    assert written.parent == Path(".hyperprove") / "results" and written.name.startswith("escaped-reproduce-" if ".." in name else "tmp-hyperprove-escaped-reproduce-")
+    assert not (files.parent.parent / "escaped").exists() and not Path("/tmp/hyperprove-escaped").exists()
+    assert "reproducing run " in out and '  evaluation: {"questions": ' in out  # the config it runs, printed first
+
+
+def test_reproduce_takes_no_cache_dir_and_no_lm_endpoint_from_the_record(files, capsys, tracked):
+    evil = files / "planted-cache"
+    tracked["tamper"](lambda record: record["config"].update(cache_dir=str(evil)))
+    code, out, _ = run(capsys, "reproduce", tracked["run"], "--tracking-uri", tracked["uri"], "--json", runtime=tracked["runtime"])
+    assert code == 0 and not evil.exists() and '  cache_dir: ".hyperprove/cache"' in out
+
+    tracked["tamper"](lambda record: record["config"]["lm"].update(model="openai/gpt-4o", api_base="http://attacker.example/v1"))
+    code, _, err = run(capsys, "reproduce", tracked["run"], "--tracking-uri", tracked["uri"], runtime=tracked["runtime"])
+    assert code == 2
+    assert one_line(err) == (f"run {tracked['run']} names LM openai/gpt-4o at http://attacker.example/v1; reproducing it would send "
+                             "every question (and your API key) there: check the record, then pass --trust-record")
+
+
+def test_reproduce_refuses_a_record_without_its_config(files, capsys, tracked):
+    tracked["tamper"](lambda record: record.pop("config"))
+    code, _, err = run(capsys, "reproduce", tracked["run"], "--tracking-uri", tracked["uri"])
+    assert code == 2 and one_line(err) == f"run {tracked['run']}: its results.json has no 'config' object (not written by `hyperprove evaluate`)"
+
+
+# --- sweeps ----------------------------------------------------------------------------------------------------
+def score_alpha(params, chunk):
+    return [{"recall@5": 1.0 - (params["alpha"] - 0.7) ** 2, "recall@2": 0.0} for _ in chunk]
+
+
+def test_a_study_refuses_another_objective_or_other_questions(tmp_path):
+    from optimize.study import run_trials
+    from pipeline.config import SweepConfig
+
+    sweep = SweepConfig(trials=2, storage=f"sqlite:///{tmp_path}/o.db", study="s")
+    run_trials(sweep, list(range(4)), score_alpha, progress=False, setting={"objective": "recall@5", "questions_sha256": "aa"})
+    for setting, differs in (({"objective": "recall@2", "questions_sha256": "aa"}, "objective = \"recall@5\", this sweep has \"recall@2\""),
+                             ({"objective": "recall@5", "questions_sha256": "bb"}, "questions_sha256 = \"aa\", this sweep has \"bb\"")):
+        with pytest.raises(HyperProveError) as error:
+            run_trials(SweepConfig(trials=4, storage=sweep.storage, study="s"), list(range(4)), score_alpha, progress=False, setting=setting)
+        assert str(error.value) == (f"study 's' in {sweep.storage} was made with {differs}; give --study a new name, "
+                                    "or run it with the study's setting")
+
+
+def test_the_sweep_command_refuses_to_mix_objectives(files, capsys):
+    argv = ["sweep", "--questions", files / "questions.json", "--corpus", files / "corpus.json", "--embedder", "test-hash",
+            "--trials", 2, "--storage", f"sqlite:///{files}/optuna.db", "--study", "toy", "--cache-dir", files / "cache",
+            "--no-track", "--out", files / "sweep", "--best-out", files / "best.json"]
+    assert run(capsys, *argv)[0] == 0
+    code, _, err = run(capsys, *argv, "--objective", "recall@2")
+    assert code == 2 and 'was made with objective = "recall@5", this sweep has "recall@2"' in one_line(err)
+
+
+def work_on_study(storage: str, results) -> None:
+    """One sweep worker (a process of its own), scoring slowly so that workers overlap."""
+    import time
+
+    from optimize.study import run_trials
+    from pipeline.config import SweepConfig
+
+    def slow(params, chunk):
+        time.sleep(0.2)
+        return score_alpha(params, chunk)
+
+    run_trials(SweepConfig(trials=8, storage=storage, study="shared", chunk=4), list(range(4)), slow, progress=False)
+    results.put("done")
+
+
+def test_workers_on_one_study_stop_at_the_trials_in_total_and_draw_different_parameters(tmp_path):
+    import multiprocessing
+
+    from optimize.study import open_study
+    from pipeline.config import SweepConfig
+
+    storage = f"sqlite:///{tmp_path}/shared.db"
+    open_study(SweepConfig(storage=storage, study="shared"))  # created once, before the workers race
+    context = multiprocessing.get_context("fork")
+    results = context.Queue()
+    workers = [context.Process(target=work_on_study, args=(storage, results)) for _ in range(3)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=120)
+    assert [results.get(timeout=1) for _ in workers] == ["done"] * 3
+    study = open_study(SweepConfig(storage=storage, study="shared"))
+    from optuna.trial import TrialState
+
+    finished = study.get_trials(states=(TrialState.COMPLETE, TrialState.PRUNED))
+    assert len(finished) == 8
+    assert len({t.params["alpha"] for t in finished}) == 8  # no parameter set drawn twice
+
+
+def test_a_killed_workers_running_trial_is_failed_and_asked_again(tmp_path):
+    import optuna
+
+    from optimize.study import WORKER, open_study, run_trials
+    from pipeline.config import SweepConfig
+
+    sweep = SweepConfig(trials=3, storage=f"sqlite:///{tmp_path}/k.db", study="k")
+    study = open_study(sweep)
+    with pytest.warns(UserWarning, match="Heartbeat"):  # Optuna's note that study.optimize beats its heart, not ask()
+        lost = study.ask()  # what a SIGKILL leaves: a trial RUNNING, its process gone
+    lost.set_user_attr(WORKER, {"host": __import__("socket").gethostname(), "pid": dead_pid()})
+    alpha = lost.suggest_float("alpha", 0.0, 1.0)
+    study = run_trials(sweep, list(range(4)), score_alpha, progress=False)
+    states = [t.state for t in study.trials]
+    assert states[0] == optuna.trial.TrialState.FAIL and states.count(optuna.trial.TrialState.RUNNING) == 0
+    assert study.trials[1].params["alpha"] == alpha  # the lost trial, asked again first
+    assert sum(s in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED) for s in states) == 3
+
+
+def test_a_resumed_sweep_asks_what_an_uninterrupted_one_asked(tmp_path):
+    from optimize.study import run_trials, summary
+    from pipeline.config import SweepConfig
+
+    whole = run_trials(SweepConfig(trials=7, storage=f"sqlite:///{tmp_path}/a.db", study="w"), list(range(4)), score_alpha, progress=False)
+    calls = []
+
+    def interrupted(params, chunk):
+        calls.append(params)
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        return score_alpha(params, chunk)
+
+    resumed_config = SweepConfig(trials=7, storage=f"sqlite:///{tmp_path}/b.db", study="w")
+    with pytest.raises(KeyboardInterrupt):
+        run_trials(resumed_config, list(range(4)), interrupted, progress=False)
+    resumed = run_trials(resumed_config, list(range(4)), score_alpha, progress=False)
+    finished = lambda study: [(t.params, t.value) for t in study.trials if t.value is not None]  # noqa: E731
+    assert finished(resumed) == finished(whole)
+    assert summary(resumed)["best_params"] == summary(whole)["best_params"]
+
+
+def test_a_killed_sweep_leaves_no_mlflow_run_running(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    from optimize.tracking import HOST_TAG, PID_TAG, connect, experiment_id, tracked_run
+    from pipeline.config import TrackingConfig
+
+    tracking = TrackingConfig(uri=f"sqlite:///{tmp_path}/m.db", artifacts=str(tmp_path / "artifacts"))
+    mlflow = connect(tracking)
+    client = MlflowClient(tracking_uri=tracking.uri)
+    orphan = client.create_run(experiment_id(mlflow, tracking), tags={HOST_TAG: __import__("socket").gethostname(), PID_TAG: str(dead_pid())})
+    with tracked_run(tracking, {}, "next", {}):
+        pass
+    assert client.get_run(orphan.info.run_id).info.status == "KILLED"
+
+
+def test_a_storage_that_is_not_a_url_is_one_line(files, capsys):
+    code, _, err = run(capsys, "sweep", "--questions", files / "questions.json", "--corpus", files / "corpus.json", "--embedder", "test-hash",
+                       "--storage", "notaurl://x", "--no-track", "--cache-dir", files / "cache", "--out", files / "sweep")
+    assert code == 2 and one_line(err).startswith("--storage notaurl://x: Optuna cannot open it (")
+
+
+def test_sweep_ranges_outside_the_retriever_are_refused_with_the_config():
+    from pipeline.config import SweepConfig
+
+    with pytest.raises(HyperProveError, match=r"^sweep config: alpha=\[0.0, 2.0\] reaches 2.0, outside the retriever's range for alpha$"):
+        SweepConfig(alpha=[0, 2])
+    with pytest.raises(HyperProveError, match=r"^sweep config: top_k=\[0, 4\] reaches 0, outside the retriever's range for top_k$"):
+        SweepConfig(top_k=[0, 4])
+
+
+# --- ui ------------------------------------------------------------------------------------------------------
+def test_ui_refuses_a_non_loopback_host_without_allow_remote(capsys, tmp_path):
+    code, _, err = run(capsys, "ui", "--host", "0.0.0.0", "--tracking-uri", f"sqlite:///{tmp_path}/m.db")
+    assert code == 2
+    assert one_line(err) == ("--host 0.0.0.0: would serve the tracking store, unauthenticated, beyond this machine; "
+                             "add --allow-remote if that is what you want")
+    from optimize.tracking import ui_command
+    from pipeline.config import TrackingConfig
+
+    command, _ = ui_command(TrackingConfig(uri=f"sqlite:///{tmp_path}/m.db"), "0.0.0.0", 5000, allow_remote=True)
+    assert command[command.index("--host") + 1] == "0.0.0.0"
+    assert ui_command(TrackingConfig(uri=f"sqlite:///{tmp_path}/m.db"), "::1", 5000)[0]  # loopback needs no flag
+
+
+# --- late failures --------------------------------------------------------------------------------------------
+class Untouchable(HashEmbedder):
+    def encode(self, texts, progress=None):
+        raise AssertionError("work started before the request was checked")
+
+    encode_query = encode
+
+
+def test_evaluate_checks_its_out_and_program_before_any_work(files, capsys):
+    untouched = lambda config: Runtime(config, embedder=Untouchable())  # noqa: E731
+    common = ["evaluate", "--questions", files / "questions.json", "--corpus", files / "corpus.json", "--retriever", "ppr",
+              "--embedder", "test-hash", "--no-track", "--cache-dir", files / "cache"]
+    (files / "taken").write_text("x")
+    code, _, err = run(capsys, *common, "--out", files / "taken", runtime=untouched)
+    assert code == 2 and one_line(err) == f"--out {files / 'taken'}: is a file, not a folder for evaluation results"
+    code, _, err = run(capsys, *common, "--decomposition", "lm", "--program", files / "nowhere.json", "--out", files / "r", runtime=untouched)
+    assert code == 2 and one_line(err) == f"--program {files / 'nowhere.json'}: no such file"
+    assert not (files / "cache").exists()
+
+
+def test_a_reused_out_keeps_nothing_of_the_earlier_run(files, capsys):
+    common = ["evaluate", "--questions", files / "questions.json", "--corpus", files / "corpus.json", "--embedder", "test-hash",
+              "--no-track", "--cache-dir", files / "cache", "--out", files / "results"]
+    assert run(capsys, *common, "--retriever", "ppr")[0] == 0
+    assert (files / "results" / "index_manifest.json").exists()
+    assert run(capsys, *common, "--retriever", "dense")[0] == 0  # passage-level: no index
+    assert sorted(p.name for p in (files / "results").iterdir()) == ["predictions.json", "results.json", "results.md"]
+
+
+# --- quadratic sentence splitting ----------------------------------------------------------------------------------
+def test_a_long_run_of_abbreviations_is_one_sentence():
+    from pipeline.extract import split_sentences
+
+    assert split_sentences("Dr. Smith " * 20_000) == [("Dr. Smith " * 20_000).strip()]  # 200 KB: linear, well under a second
+    assert split_sentences("Dr. Smith met St. John. Then they left.") == ["Dr. Smith met St. John.", "Then they left."]
+
+
+# --- tracebacks that are now one line -------------------------------------------------------------------------------
+def test_a_directory_as_the_corpus_is_one_line(files, capsys):
+    code, _, err = run(capsys, "index", files, "--out", files / "idx", "--embedder", "test-hash")
+    assert code == 2 and one_line(err) == f"{files}: is a directory, not a corpus file"
+
+
+@pytest.fixture
+def saved(files, capsys):
+    assert run(capsys, "index", files / "corpus.json", "--out", files / "idx", "--embedder", "test-hash")[0] == 0
+    return files / "idx"
+
+
+def rewrite_manifest(index: Path, change) -> None:
+    manifest = json.loads((index / "manifest.json").read_text())
+    change(manifest)
+    (index / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_a_manifest_entry_without_its_keys_is_one_line(saved):
+    from pipeline.index import load_index
+
+    rewrite_manifest(saved, lambda manifest: manifest["files"]["facts.jsonl"].pop("sha256"))
+    with pytest.raises(HyperProveError, match=r"manifest.json: the entry of 'facts.jsonl' needs its sha256 and bytes; the index is damaged"):
+        load_index(saved)
+    rewrite_manifest(saved, lambda manifest: manifest.pop("embedder"))
+    with pytest.raises(HyperProveError, match=r"manifest.json: 'embedder' is missing or not a dict; the index is damaged"):
+        load_index(saved)
+
+
+def test_a_truncated_array_with_a_matching_checksum_is_one_line(saved):
+    from pipeline.files import sha256_file
+    from pipeline.index import load_index
+
+    path = saved / "fact_vectors.npy"
+    path.write_bytes(path.read_bytes()[:200])
+
+    def resum(manifest):
+        manifest["files"]["fact_vectors.npy"] = {"sha256": sha256_file(path), "bytes": path.stat().st_size}
+
+    rewrite_manifest(saved, resum)
+    with pytest.raises(HyperProveError, match=r"idx: cannot be read \(ValueError: .*\); the index is damaged, rebuild it$"):
+        load_index(saved)
+
+
+def test_a_results_file_without_config_or_systems_is_one_line_in_the_report(tmp_path, capsys):
+    from experiments.report import main as report
+
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "results.json").write_text(json.dumps({"name": "run"}))
+    assert report(["--results", str(tmp_path), "--out", str(tmp_path / "REPORT.md")]) == 2
+    assert one_line(capsys.readouterr().err) == f"{tmp_path / 'run' / 'results.json'}: no 'systems' (dict); not written by `hyperprove evaluate`"
+
+
+def test_a_program_file_that_is_a_list_is_one_line(saved, files, capsys):
+    (files / "list.json").write_text("[1, 2]")
+    code, _, err = run(capsys, "ask", saved, "Who directed Jaws?", "--embedder", "test-hash", "--program", files / "list.json")
+    assert code == 2
+    assert one_line(err) == f"--program {files / 'list.json'}: holds a JSON list, not a compiled HyperProve program (an object)"
+
+
+@pytest.mark.parametrize("section, values, message", [
+    ("retriever", {"alpha": "0.5"}, "retriever config: alpha='0.5' must be a number"),
+    ("retriever", {"top_k": True}, "retriever config: top_k=True must be a whole number"),
+    ("retriever", {"depth": 2.5}, "retriever config: depth=2.5 must be a whole number"),
+    ("evaluation", {"limit": True}, "evaluation config: limit=True must be a whole number or null"),
+    ("sweep", {"alpha": ["0", 1]}, "sweep config: alpha=['0', 1] must be a list of a number"),
+    ("tracking", {"enabled": "no"}, "tracking config: enabled='no' must be true or false"),
+])
+def test_config_values_of_the_wrong_type_are_named(tmp_path, section, values, message):
+    from pipeline.config import HyperProveConfig
+
+    (tmp_path / "c.json").write_text(json.dumps({section: values}))
+    with pytest.raises(HyperProveError) as error:
+        HyperProveConfig.from_file(tmp_path / "c.json")
+    assert str(error.value) == f"{tmp_path / 'c.json'}: {message}"
+
+
+# --- accepted silently before ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("questions, message", [
+    ([{**QUESTIONS[0], "question": "  "}], 'item 0: field "question" is empty'),
+    ([QUESTIONS[0], QUESTIONS[0]], "items 0 and 1 have the same id 'q1'; ids name questions in results"),
+    ([{**QUESTIONS[0], "decomposition": [{"question": "Who directed Jaws?", "answer": "x"}, {"question": "Who was the mother of #3?", "answer": "y"}]}],
+     "item 0 decomposition[1]: \"#3\" refers to no earlier step ('Who was the mother of #3?')"),
+])
+def test_questions_that_cannot_be_scored_right_are_refused(files, questions, message):
+    from experiments.data import load_questions
+    from pipeline.corpus import load_corpus
+
+    (files / "q.json").write_text(json.dumps(questions))
+    with pytest.raises(HyperProveError) as error:
+        load_questions(files / "q.json", load_corpus(files / "corpus.json"))
+    assert str(error.value) == f"{files / 'q.json'}: {message}"
+
+
+def test_the_same_passage_twice_is_refused(files):
+    from pipeline.corpus import load_corpus
+
+    (files / "twice.json").write_text(json.dumps([CORPUS[0], CORPUS[1], CORPUS[0]]))
+    with pytest.raises(HyperProveError) as error:
+        load_corpus(files / "twice.json")
+    assert str(error.value) == f"{files / 'twice.json'}: items 0 and 2 are the same passage (title and text); keep one"
+
+
+# --- scratch left by a kill --------------------------------------------------------------------------------------------
+def test_scratch_of_a_killed_writer_is_removed_by_the_next_write(saved, files, capsys):
+    pid = dead_pid()
+    (files / f".idx.tmp-{pid}").mkdir()
+    (files / f".idx.tmp-{pid}" / "facts.jsonl").write_text("half")
+    (files / f".results.json.tmp-{pid}").write_text("half")
+    assert run(capsys, "index", files / "corpus.json", "--out", saved, "--embedder", "test-hash")[0] == 0
+    assert not (files / f".idx.tmp-{pid}").exists()
+    from pipeline.files import atomic_write_json
+
+    atomic_write_json(files / "results.json", {})
+    assert not (files / f".results.json.tmp-{pid}").exists()
+
+
+def test_an_index_caught_between_its_two_renames_is_put_back(saved, files):
+    from pipeline.index import load_index
+
+    before = snapshot(saved)
+    os.replace(saved, files / f".idx.old-{dead_pid()}")  # killed after moving the old index aside
+    index = load_index(saved)
+    assert snapshot(saved) == before and index.counts()["passages"] == len(CORPUS)
+
+
+def test_vectors_of_the_wrong_shape_are_still_caught(saved):
+    from pipeline.files import atomic_save_npy, sha256_file
+    from pipeline.index import load_index
+
+    path = saved / "passage_vectors.npy"
+    atomic_save_npy(path, np.zeros((2, 256), dtype=np.float32))
+    rewrite_manifest(saved, lambda m: m["files"].update({"passage_vectors.npy": {"sha256": sha256_file(path), "bytes": path.stat().st_size}}))
+    with pytest.raises(HyperProveError, match="passage vectors do not match the manifest counts"):
+        load_index(saved)
