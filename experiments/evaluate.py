@@ -1,4 +1,5 @@
-"""`hyperprove evaluate` as one function: systems on a question set, the results folder, the MLflow run.
+"""`hyperprove evaluate` as one function: systems on a question set and the results folder
+(`optimize.tracking.run_tracked_evaluation` adds the MLflow run).
 
 Everything that can be wrong with the request (missing files, a results folder that is not one,
 a compiled program that does not load) is found before the first question, so a long evaluation
@@ -16,6 +17,7 @@ from modules.errors import HyperProveError
 from pipeline.config import HyperProveConfig
 
 RESULT_FILES = ("results.md", "results.json", "predictions.json", "index_manifest.json", "program.json")
+Track = Callable[[dict, dict, dict], "str | None"]  # (result files, summaries, tags) -> the id of the run that logged them
 
 
 def results_folder(config: HyperProveConfig) -> Path:
@@ -41,15 +43,17 @@ def check_results_folder(out: Path) -> None:
 
 
 def run_evaluation(config: HyperProveConfig, runtime=None, tags: dict | None = None,
-                   check_index: Callable[[dict | None], None] | None = None, log: Callable[[str], None] = print) -> dict:
-    """Evaluate the configured systems; `check_index` sees the index manifest before any question.
-    Returns {"retrievers": {system: summary}, "out": folder, "mlflow_run": id or None}."""
+                   check_index: Callable[[dict | None], None] | None = None, log: Callable[[str], None] = print,
+                   track: Track | None = None) -> dict:
+    """Evaluate the configured systems; `check_index` sees the index manifest before any question,
+    `track` the finished result files before they are moved into place (`optimize.tracking`
+    logs them to MLflow). Returns {"retrievers": {system: summary}, "out": folder, "mlflow_run": id or None}."""
     from experiments.data import load_questions
     from experiments.harness import PASSAGE_LEVEL, Workbench, evaluate_systems, parse_systems
-    from optimize.tracking import git_state
     from pipeline.corpus import load_corpus
     from pipeline.index import cached_index, load_index, read_manifest
     from pipeline.program import load_compiled, program_for
+    from pipeline.provenance import git_state
     from pipeline.runtime import Runtime
 
     run = config.evaluation
@@ -95,14 +99,15 @@ def run_evaluation(config: HyperProveConfig, runtime=None, tags: dict | None = N
     embedder.load()
     embedder.encode_query("warm-up")  # the first call pays one-off set-up costs, not a system
     results = evaluate_systems(names, questions, bench, run.decomposition, run.read, session.calls if session else (lambda: 0))
+    lm_tags = {"hyperprove.lm": session.id} if session else {}
     return record_evaluation(config, results, out, len(questions), session.id if session else None, index_manifest,
-                             {**source, **(tags or {})}, log)
+                             {**source, **lm_tags, **(tags or {})}, log, track)
 
 
 def record_evaluation(config: HyperProveConfig, results: dict, out: Path, n_questions: int, lm_id: str | None,
-                      index_manifest: dict | None, tags: dict, log: Callable[[str], None] = print) -> dict:
-    """Write the results folder (atomically, as a whole), print the table, log the MLflow run.
-    `tags` carry the git state taken when the run started."""
+                      index_manifest: dict | None, tags: dict, log: Callable[[str], None] = print, track: Track | None = None) -> dict:
+    """Write the results folder (atomically, as a whole) and print the table; `track` sees the
+    files first. `tags` carry the git state taken when the run started."""
     from experiments.harness import results_table, write_results
     from pipeline.files import atomic_directory, atomic_write_bytes, atomic_write_json, read_json, sha256_file
 
@@ -125,14 +130,10 @@ def record_evaluation(config: HyperProveConfig, results: dict, out: Path, n_ques
         if compiled:  # the compiled program travels with the results (and into the MLflow run)
             paths["program"] = scratch / "program.json"
             atomic_write_bytes(paths["program"], Path(compiled).read_bytes())
-        if config.tracking.enabled:
-            from optimize.tracking import log_evaluation
-
-            tags = {**tags, "hyperprove.lm": lm_id} if lm_id else tags
-            outcome["mlflow_run"] = log_evaluation(config.tracking, config.to_dict(), outcome["retrievers"], paths, header["name"], tags)
-            atomic_write_json(paths["results"], {**read_json(paths["results"], "results"), "mlflow_run": outcome["mlflow_run"]})
+        if track is not None:
+            outcome["mlflow_run"] = track(paths, outcome["retrievers"], tags)
+            if outcome["mlflow_run"]:
+                atomic_write_json(paths["results"], {**read_json(paths["results"], "results"), "mlflow_run": outcome["mlflow_run"]})
     log(results_table([r.summary for r in results.values()]).rstrip())
     log(f"results, predictions and the index manifest in {out}/")
-    if outcome["mlflow_run"]:
-        log(f"MLflow run {outcome['mlflow_run']} in {config.tracking.uri} (experiment {config.tracking.experiment!r}; `hyperprove ui` shows it)")
     return outcome

@@ -50,6 +50,12 @@ def snapshot(directory: Path) -> dict[str, str]:
     return {str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(directory.rglob("*")) if p.is_file()}
 
 
+def interruptible() -> None:
+    """In the child, before exec: SIGINT back to its default, so that Python turns it into
+    KeyboardInterrupt even when this script runs in the background (where the shell ignores it)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def scratch_left(work: Path) -> list[str]:
     return [str(p) for p in work.rglob(".*") if SCRATCH.match(p.name)]
 
@@ -164,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         sig = rng.choice([signal.SIGINT, signal.SIGKILL])
         delay = rng.uniform(0.3, seconds[kind])
         process = subprocess.Popen(jobs.command(kind, study), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                   start_new_session=True)
+                                   start_new_session=True, preexec_fn=interruptible)
         time.sleep(delay)
         killed = process.poll() is None
         if killed:
@@ -172,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
         code = process.wait()
         after = snapshot(jobs.output(kind))
         problems = []
+        if killed and code == 0:
+            problems.append(f"{signal.Signals(sig).name} did not stop it")
         state = "previous" if after == before else "complete" if jobs.complete(kind) else "BROKEN"
         if state == "BROKEN":
             problems.append("the output is neither the previous one nor complete")

@@ -228,12 +228,13 @@ def run_compile(config, runtime=None, log: Callable[[str], None] = print) -> dic
     its record (`<out>.record.json`, how it was made), and log one MLflow run."""
     from experiments.data import load_questions
     from experiments.harness import timestamp
-    from optimize.tracking import active_run_id, git_state, tracked_run
+    from optimize.tracking import active_run_id, tracked_run
     from pipeline.corpus import load_corpus
     from pipeline.files import atomic_write_json, sha256_file
     from pipeline.index import cached_index
     from pipeline.lm import make_lm
     from pipeline.program import program_for
+    from pipeline.provenance import git_state
     from pipeline.runtime import Runtime
 
     source = git_state()

@@ -142,9 +142,9 @@ def reproduce(run_id: str, tracking: TrackingConfig, out: str | None = None, cac
               trust_record: bool = False, make_runtime=None, log=print) -> dict:
     """Rerun run `run_id` of the tracking store; returns the new run, its folder and the deltas.
     `make_runtime(config)` gives the LM and embedder of the rerun (default: the configured ones)."""
-    from experiments.evaluate import run_evaluation
     from experiments.harness import timestamp
-    from optimize.tracking import git_state
+    from optimize.tracking import run_tracked_evaluation
+    from pipeline.provenance import git_state
 
     recorded = recorded_evaluation(tracking, run_id)
     results = recorded["results"]
@@ -173,7 +173,7 @@ def reproduce(run_id: str, tracking: TrackingConfig, out: str | None = None, cac
             (Path(scratch) / "program.json").write_bytes(program)
             config = config.with_overrides(program={"compiled": str(Path(scratch) / "program.json")})
         runtime = make_runtime(config) if make_runtime else None
-        outcome = run_evaluation(config, runtime, tags={"hyperprove.reproduces": run_id}, check_index=check_index, log=log)
+        outcome = run_tracked_evaluation(config, runtime, tags={"hyperprove.reproduces": run_id}, check_index=check_index, log=log)
     deltas = metric_deltas(results["systems"], outcome["retrievers"])
     changed = {system: {k: d for k, d in values.items() if d != 0} for system, values in deltas.items()}
     changed = {system: values for system, values in changed.items() if values}

@@ -61,11 +61,12 @@ def run_sweep(config: HyperProveConfig, runtime=None, log: Callable[[str], None]
     from experiments.gold import evaluate_ranker, hyperprove_chain
     from experiments.harness import timestamp
     from optimize import study as studies
-    from optimize.tracking import active_run_id, git_state, metric_name, tracked_run, worker_tags
+    from optimize.tracking import active_run_id, metric_name, tracked_run, worker_tags
     from pipeline.corpus import load_corpus
     from pipeline.files import atomic_directory, atomic_write_json, check_replaceable
     from pipeline.index import cached_index
     from pipeline.program import program_for
+    from pipeline.provenance import git_state
     from pipeline.runtime import Runtime
 
     source = git_state()  # the code that runs: taken now, not when the sweep ends

@@ -52,22 +52,6 @@ def metric_name(system: str, key: str) -> str:
     return f"{system}.{key.replace('@', '_at_')}"
 
 
-CODE = Path(__file__).resolve().parents[1]  # the repository this code runs from
-
-
-def git_state(directory: Path = CODE) -> dict[str, str]:
-    """The commit the code runs at and whether tracked files differ from it."""
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=directory, capture_output=True, text=True, timeout=10).stdout.strip()
-
-    try:
-        commit = git("rev-parse", "HEAD")
-        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
-    except (OSError, subprocess.SubprocessError):
-        return {}
-    return {"git_commit": commit, "git_dirty": str(dirty).lower()} if commit else {}
-
-
 def environment() -> dict:
     versions = {}
     for package in PACKAGES:
@@ -156,6 +140,19 @@ def log_evaluation(tracking, config: dict, systems: dict[str, dict], artifacts: 
             mlflow.log_artifact(str(path))
         mlflow.log_dict(environment(), "environment.json")
         return active_run_id(mlflow)
+
+
+def run_tracked_evaluation(config, runtime=None, tags: dict | None = None, check_index=None, log=print) -> dict:
+    """`hyperprove evaluate`: `experiments.evaluate.run_evaluation`, with its result files logged
+    as one MLflow run (unless tracking is off) before they are moved into place."""
+    from experiments.evaluate import run_evaluation, run_name
+
+    def track(paths: dict[str, Path], summaries: dict[str, dict], run_tags: dict[str, str]) -> str:
+        run_id = log_evaluation(config.tracking, config.to_dict(), summaries, paths, run_name(config), run_tags)
+        log(f"MLflow run {run_id} in {config.tracking.uri} (experiment {config.tracking.experiment!r}; `hyperprove ui` shows it)")
+        return run_id
+
+    return run_evaluation(config, runtime, tags, check_index, log, track if config.tracking.enabled else None)
 
 
 def is_loopback(host: str) -> bool:

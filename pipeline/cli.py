@@ -163,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_tracking_flags(evaluate, "an MLflow run")
     _add_config_flags(evaluate)
     _add_program_flags(evaluate)
-    evaluate.set_defaults(run=calls("experiments.evaluate:run_evaluation"))
+    evaluate.set_defaults(run=calls("optimize.tracking:run_tracked_evaluation"))
 
     sweep = commands.add_parser("sweep", help="Optuna TPE over alpha, theta, L and K; resumable study, MLflow runs per trial")
     sweep.add_argument("--questions", help="questions JSON to optimise on (a train split)")
