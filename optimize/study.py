@@ -196,8 +196,9 @@ def run_trials(
     fail_abandoned(study)
     if start and not study.trials:
         study.enqueue_trial(start, skip_if_exists=True)
-    ask_again_interrupted(study)
     remaining = sweep.trials - finished_trials(study)
+    if remaining > 0:
+        ask_again_interrupted(study)
 
     def objective(trial) -> float:
         trial.set_user_attr(WORKER, {"host": socket.gethostname(), "pid": os.getpid()})
