@@ -176,13 +176,18 @@ def main(argv: list[str] | None = None) -> int:
         if killed:
             os.killpg(process.pid, sig)
         code = process.wait()
-        after = snapshot(jobs.output(kind))
+        after, complete = snapshot(jobs.output(kind)), jobs.complete(kind)
+        if complete and (code == 0 or after != before):
+            state = "complete"  # it finished, or left a new output that is whole
+        elif after == before:
+            state = "previous"
+        else:
+            state = "BROKEN"
         problems = []
-        if killed and code == 0:
-            problems.append(f"{signal.Signals(sig).name} did not stop it")
-        state = "previous" if after == before else "complete" if jobs.complete(kind) else "BROKEN"
         if state == "BROKEN":
             problems.append("the output is neither the previous one nor complete")
+        if code == 0 and not complete:  # exit 0 after a signal is fine only when the work was done (a signal during shutdown)
+            problems.append(f"exit 0 after {signal.Signals(sig).name}, but the output is not complete")
         _, resumed_seconds = jobs.run(kind, study)
         if scratch_left(work):
             problems.append(f"scratch left: {scratch_left(work)[:3]}")
@@ -195,11 +200,12 @@ def main(argv: list[str] | None = None) -> int:
                   "exit": code, "output_after_kill": state, "resume_s": round(resumed_seconds, 1), "problems": problems}
         records.append(record)
         print(f"run {number:2d} {label:13s} {record['signal']:7s} at {delay:5.1f} s: "
-              f"{'killed' if killed else 'had finished'} (exit {code}), output {state}; resumed in {resumed_seconds:.1f} s"
+              f"{'signalled' if killed else 'had finished'} (exit {code}), output {state}; resumed in {resumed_seconds:.1f} s"
               + (f"; PROBLEMS: {problems}" if problems else ""), flush=True)
-    summary = {"runs": len(records), "kills": sum(r["killed"] for r in records),
-               "sigint": sum(r["killed"] and r["signal"] == "SIGINT" for r in records),
-               "sigkill": sum(r["killed"] and r["signal"] == "SIGKILL" for r in records),
+    summary = {"runs": len(records), "kills": sum(r["killed"] and r["exit"] != 0 for r in records),
+               "signal_during_shutdown": sum(r["killed"] and r["exit"] == 0 for r in records),
+               "sigint": sum(r["killed"] and r["exit"] != 0 and r["signal"] == "SIGINT" for r in records),
+               "sigkill": sum(r["killed"] and r["exit"] != 0 and r["signal"] == "SIGKILL" for r in records),
                "output_previous": sum(r["output_after_kill"] == "previous" for r in records),
                "output_complete": sum(r["output_after_kill"] == "complete" for r in records),
                "violations": violations, "reference_seconds": {k: round(v, 1) for k, v in seconds.items()}}
