@@ -6,3 +6,9 @@ The command line turns it into a one-line message and a non-zero exit; anything 
 
 class HyperProveError(Exception):
     """A user-fixable problem; the message names the file/field and what is wrong."""
+
+
+def first_line(error: BaseException, limit: int = 200) -> str:
+    """The first line of a third-party error's message, cut to `limit` characters: enough to
+    name the problem in a one-line error without pasting a library's multi-line report."""
+    return (str(error).strip().splitlines() or [""])[0][:limit]

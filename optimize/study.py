@@ -36,7 +36,7 @@ import optuna
 from optuna.trial import TrialState
 
 from modules.config import tunable_type
-from modules.errors import HyperProveError
+from modules.errors import HyperProveError, first_line
 from optimize.tracking import make_sqlite_folder, process_alive
 from pipeline.config import SweepConfig
 
@@ -99,8 +99,7 @@ def open_study(sweep: SweepConfig, setting: dict | None = None):
         study = optuna.create_study(storage=storage, study_name=sweep.study, direction="maximize", load_if_exists=True,
                                     sampler=optuna.samplers.TPESampler(seed=sweep.seed), pruner=RunningMedianPruner())
     except Exception as error:  # noqa: BLE001 - a bad URL or an unreachable store is one line for the user
-        first_line = (str(error).strip().splitlines() or [""])[0][:200]
-        raise HyperProveError(f"--storage {sweep.storage}: Optuna cannot open it ({type(error).__name__}: {first_line})") from None
+        raise HyperProveError(f"--storage {sweep.storage}: Optuna cannot open it ({type(error).__name__}: {first_line(error)})") from None
     if setting is not None:
         check_setting(study, sweep, setting)
     return study

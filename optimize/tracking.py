@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 
-from modules.errors import HyperProveError
+from modules.errors import HyperProveError, first_line
 from pipeline.files import process_alive
 
 PACKAGES = ("dspy", "mlflow", "optuna", "faiss-cpu", "sentence-transformers", "torch", "numpy", "scipy", "xllamacpp", "bm25s")
@@ -114,8 +114,7 @@ def tracked_run(tracking, config: dict, run_name: str, tags: dict[str, str]):
         experiment = experiment_id(mlflow, tracking)
         end_abandoned_runs(mlflow, experiment)
     except Exception as error:  # noqa: BLE001 - any store failure is one line for the user
-        first_line = (str(error).strip().splitlines() or [""])[0][:200]
-        raise HyperProveError(f"tracking store {tracking.uri}: {type(error).__name__}: {first_line}") from None
+        raise HyperProveError(f"tracking store {tracking.uri}: {type(error).__name__}: {first_line(error)}") from None
     with mlflow.start_run(experiment_id=experiment, run_name=run_name):
         mlflow.set_tags({**tags, **worker_tags()})
         mlflow.log_params(flat_params(config))

@@ -16,7 +16,7 @@ import sys
 from typing import Callable
 
 from modules.config import TUNABLES, tunable_type
-from modules.errors import HyperProveError
+from modules.errors import HyperProveError, first_line
 from pipeline.config import HyperProveConfig
 
 # Third-party settings the command line fixes for every command: no reaching for the network at
@@ -246,8 +246,7 @@ def main(argv: list[str] | None = None, make_runtime: Callable | None = None) ->
 
         if not isinstance(error, LMError) and type(error).__module__.split(".")[0] not in LM_ERROR_MODULES:
             raise
-        first_line = (str(error).strip().splitlines() or [""])[0][:300]
-        print(f"error: the LM failed ({type(error).__name__}): {first_line}", file=sys.stderr)
+        print(f"error: the LM failed ({type(error).__name__}): {first_line(error, 300)}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(result))

@@ -145,8 +145,8 @@ def check_replaceable(target: str | Path, ours: Iterable[str] | None, what: str,
         return
     if not target.is_dir():
         raise HyperProveError(f"{flag} {target}: is a file, not a folder for {what}")
-    entries = sorted(entry.name for entry in target.iterdir())
-    strangers = [name for name in entries if ours is None or name not in set(ours)]
+    allowed = set(ours or ())
+    strangers = sorted(entry.name for entry in target.iterdir() if ours is None or entry.name not in allowed)
     if strangers:
         raise HyperProveError(f"{flag} {target}: holds {strangers[0]!r}, which is not part of {what}; choose an empty or new folder")
 
