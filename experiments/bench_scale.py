@@ -89,7 +89,7 @@ def run_size(n_facts: int, n_queries: int, ppr_queries: int) -> dict:
     rng = np.random.default_rng(1)
     queries = unit_vectors(rng, n_queries)
     lookup = {f"q{k}": queries[k] for k in range(n_queries)}
-    table = FactTable(text=_FactNames(), passage=passage_of, passage_titles=_FactNames(), vectors=fact_vectors, index=fact_index)
+    table = FactTable(text=_FactNames(), passage=passage_of, passages=_PassageNames(), vectors=fact_vectors, index=fact_index)
     retriever = HypergraphRetriever(hypergraph, table, lookup.__getitem__, RetrieverConfig())
     retriever("q0")  # warm-up
     hop_ms, seeds_of = [], []
@@ -133,10 +133,19 @@ def run_size(n_facts: int, n_queries: int, ppr_queries: int) -> dict:
 
 
 class _FactNames:
-    """Stand-in fact texts and titles ("f<id>") without a million-string list."""
+    """Stand-in fact texts ("f<id>") without a million-string list."""
 
     def __getitem__(self, k: int) -> str:
         return f"f{k}"
+
+
+class _PassageNames:
+    """Stand-in passages ("p<id>") without a list of a million."""
+
+    def __getitem__(self, k: int):
+        from modules.facts import Passage
+
+        return Passage(f"p{k}", f"p{k}")
 
 
 def main(argv: list[str] | None = None) -> int:

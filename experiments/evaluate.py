@@ -62,8 +62,6 @@ def run_evaluation(config: HyperProveConfig, runtime=None, tags: dict | None = N
     source = git_state()  # the code that runs: taken now, not when a long run ends
     names = parse_systems(run.retrievers)
     with_lm = run.decomposition == "lm"
-    if run.read and not with_lm:
-        raise HyperProveError("--read hands passages to the LM reader: use it with --decomposition lm")
     out = results_folder(config)
     check_results_folder(out)
     passages = load_corpus(run.corpus)

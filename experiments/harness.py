@@ -6,9 +6,10 @@ Two settings:
   decomposed systems (`dense-iterative`, `hyperprove`) take MuSiQue's gold sub-questions.
 - `lm`: `hyperprove` is the full program (LM decomposition, rewriting, hop answers, final
   answer); `dense-iterative` searches the program's own rewritten sub-queries, so the two
-  differ only in retrieval; the question-only systems rank from the question. With
-  `read=True` every system other than `hyperprove` also hands its top 5 passages to the
-  program's final reader, for EM/F1 under the same reader.
+  differ only in retrieval; the question-only systems rank from the question. With `read`
+  (the default) every system other than `hyperprove` also hands its top 5 passages to the
+  program's final reader, for EM/F1 under the same reader; `hyperprove-passages` hands over
+  the program's own top 5, which tells its retrieval apart from the rest of its answer path.
 
 Each system gives a summary (the table row) and one row per question (answer, ranked passages,
 evidence chain); `write_results` writes the table as markdown and JSON plus the predictions.
@@ -26,6 +27,7 @@ from experiments.data import Question
 from experiments.gold import DensePassageSearch, evaluate_ranker, gold_sub_queries, hyperprove_chain
 from modules.errors import HyperProveError
 from modules.retriever import interleave_passages
+from modules.steps import EVIDENCE_PASSAGES
 
 # name -> what it is (the CLI help and the report print these)
 SYSTEMS = {
@@ -38,11 +40,12 @@ SYSTEMS = {
     "hyperprove-fixed": "ablation: HyperProve's expansion on the fixed question, no carried frontier",
     "dense-iterative": "dense passages per sub-question, hops interleaved",
     "hyperprove": "answer-guided hypergraph expansion hop by hop (the method)",
+    "hyperprove-passages": "with the LM: hyperprove's top 5 passages through the same reader as the peers",
 }
 QUESTION_ONLY = ("bm25", "ppr", "proprag", "dense-facts", "hypergraphrag", "hyperprove-fixed")
 DECOMPOSED = ("dense-iterative", "hyperprove")
 PASSAGE_LEVEL = ("dense", "dense-iterative", "bm25")  # need no hypergraph index
-EVIDENCE_PASSAGES = 5  # what a reader sees, for every system
+AFTER_PROGRAM = ("dense-iterative", "hyperprove-passages")  # with the LM, these read what the program wrote
 
 
 def parse_systems(names: str | Sequence[str]) -> list[str]:
@@ -57,11 +60,15 @@ def parse_systems(names: str | Sequence[str]) -> list[str]:
     return listed
 
 
-def run_order(names: Sequence[str], decomposition: str) -> list[str]:
-    """With the LM, `dense-iterative` reuses the program's sub-queries, so `hyperprove` runs first."""
-    if decomposition == "lm" and "dense-iterative" in names:
+def run_order(names: Sequence[str], decomposition: str, read: bool = True) -> list[str]:
+    """With the LM, `dense-iterative` reuses the program's sub-queries and `hyperprove-passages`
+    its passages, so `hyperprove` runs first."""
+    if "hyperprove-passages" in names and not (decomposition == "lm" and read):
+        raise HyperProveError("hyperprove-passages hands the program's passages to the reader: use it with --decomposition lm and the reader on")
+    following = [name for name in AFTER_PROGRAM if name in names]
+    if decomposition == "lm" and following:
         if "hyperprove" not in names:
-            raise HyperProveError("--decomposition lm: dense-iterative searches hyperprove's sub-queries; list hyperprove too")
+            raise HyperProveError(f"--decomposition lm: {following[0]} reads what hyperprove wrote; list hyperprove too")
         return ["hyperprove", *[n for n in names if n != "hyperprove"]]
     return list(names)
 
@@ -164,18 +171,25 @@ def evaluate_systems(
                 if missing:
                     raise HyperProveError(
                         f"{name} with --decomposition gold needs gold sub-questions; question {missing[0]} has none "
-                        "(only MuSiQue carries them: use --decomposition lm, or hyperprove-fixed)"
+                        "(MuSiQue and 2Wiki carry them: use --decomposition lm, or hyperprove-fixed)"
                     )
     results: dict[str, SystemResult] = {}
     sub_queries: dict[str, list[str]] = {}
-    for name in run_order(names, decomposition):
+    program_passages: dict[str, list[int]] = {}
+    for name in run_order(names, decomposition, read):
         label = name if progress else None
         bench.embedder.forget_queries()  # each system's timing includes embedding its own queries
         if name == "hyperprove" and decomposition == "lm":
             summary, rows = evaluate_program(questions, bench.program(), count_calls, progress=label)
             sub_queries = {row["question"]: [hop["query"] for hop in row["chain"]] or [row["question"]] for row in rows}
+            program_passages = {row["question"]: row["passages"] for row in rows}
         elif read and decomposition == "lm":
-            search = _iterative_search(bench.dense, sub_queries) if name == "dense-iterative" else bench.search(name)
+            if name == "dense-iterative":
+                search = _iterative_search(bench.dense, sub_queries)
+            elif name == "hyperprove-passages":
+                search = lambda question: program_passages.get(question, [])  # noqa: E731 - the program's own top passages
+            else:
+                search = bench.search(name)
             summary, rows = evaluate_program(questions, bench.reader(search), count_calls, progress=label)
         else:
             summary, rows = evaluate_ranker(questions, _ranker(bench, name, decomposition, sub_queries), progress=label)

@@ -27,7 +27,7 @@ from scipy.sparse.csgraph import dijkstra
 
 from modules.config import RetrieverConfig
 from modules.errors import HyperProveError
-from modules.facts import ScoredFact
+from modules.facts import Passage, ScoredFact
 from modules.hypergraph import Hypergraph
 from modules.vectors import VectorIndex
 
@@ -38,7 +38,7 @@ class FactTable:
 
     text: Sequence[str]
     passage: np.ndarray
-    passage_titles: Sequence[str]
+    passages: Sequence[Passage]  # the corpus, by passage id: titles for facts, texts for readers
     vectors: np.ndarray
     index: VectorIndex
 
@@ -123,7 +123,7 @@ class HypergraphRetriever(dspy.Module):
             id=int(fact_id),
             text=self.facts.text[fact_id],
             passage=passage,
-            title=self.facts.passage_titles[passage],
+            title=self.facts.passages[passage].title,
             cos=float(cos),
             struct=float(struct),
             score=float(score),

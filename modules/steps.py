@@ -159,6 +159,73 @@ def extraction_budget(title: str, passage: str) -> int:
     return min(1024, 96 + len(title + passage) // 2)
 
 
+# Words that open questions or join names: capitalised at the start of a question, never a name.
+_FUNCTION_WORDS = _STOPWORDS | frozenset(
+    "what when where which why how whose do does did can could would will shall should may might must there "
+    "name named same both either neither first last".split()
+)
+_WORD = re.compile(r"\w+")
+_JOINERS = frozenset("of de del della da das do dos du di von van der den la le les el y and the".split())
+
+
+def named_words(text: str) -> set[str]:
+    """The words that name something (lower-cased): capitalised ones other than question and
+    function words, and numbers. "#k" references are not names."""
+    words = _WORD.findall(REFERENCE.sub(" ", text))
+    return {w.lower() for w in words if (w[0].isupper() or w[0].isdigit()) and w.lower() not in _FUNCTION_WORDS}
+
+
+def entity_problems(question: str, sub_questions: Sequence[str]) -> list[str]:
+    """What a decomposition gets wrong about the question's names, by rule: a named word of the
+    question no sub-question has ("drops 'jaws'"), or a named word no part of the question has
+    ("invents '1975'"). A 1.5B decomposer does both, and a chain that starts from the wrong
+    entity cannot recover."""
+    asked = {w.lower() for w in _WORD.findall(question)}
+    written = {w.lower() for q in sub_questions for w in _WORD.findall(REFERENCE.sub(" ", q))}
+    dropped = sorted(named_words(question) - written)
+    invented = sorted(set().union(*(named_words(q) for q in sub_questions)) - asked)
+    return [f"drops {w!r}" for w in dropped] + [f"invents {w!r}" for w in invented]
+
+
+def contained(answer: str, texts: Sequence[str]) -> bool:
+    """Whether the texts contain the answer: all its content words (yes/no always counts)."""
+    words = _content_words(answer)
+    if not words or words <= {"yes", "no"}:
+        return True
+    return words <= _content_words(" ".join(texts))
+
+
+def named_spans(text: str) -> list[str]:
+    """Runs of capitalised words and numbers ("Steven Spielberg", "February 21, 2017", "Duke of
+    York"), in order; lower-case joiners ("of", "de", "van") may sit inside a run."""
+    spans, run, pending = [], [], []
+    for match in re.finditer(r"\w+(?:['’.-]\w+)*|,", text):
+        token = match.group()
+        if token[0].isupper() or token[0].isdigit():
+            run += pending + [token]
+            pending = []
+        elif run and (token.lower() in _JOINERS or token == ","):
+            pending.append(token)
+        else:
+            if run:
+                spans.append(run)
+            run, pending = [], []
+    if run:
+        spans.append(run)
+    return [" ".join(run).replace(" ,", ",") for run in spans]
+
+
+def supported_span(query: str, facts: Sequence[ScoredFact]) -> str | None:
+    """The first named span of the facts, in their order, that the query does not already name:
+    the answer a hop's evidence best supports when the reader's answer is not in it."""
+    asked = {w.lower() for w in _WORD.findall(query)}
+    for fact in facts:
+        for span in named_spans(fact.text):
+            if named_words(span) - asked:
+                return span
+    return None
+
+
 def mentioned(entities: Sequence[str], text: str) -> list[str]:
     """The entities whose name occurs in the text (case-insensitive, on word boundaries)."""
     lowered = text.lower()
@@ -199,14 +266,40 @@ class FactExtractor(dspy.Module):
 
 
 class Decomposer(dspy.Module):
-    """Step 4: question -> ordered sub-questions with "#k" references to earlier answers."""
+    """Step 4: question -> ordered sub-questions with "#k" references to earlier answers.
+
+    With `entity_retries`, a decomposition that drops or invents a named word of the question
+    (`entity_problems`) is asked for again, warmer and past the cache, up to that many times; the
+    first clean one wins, else the one with the fewest problems (the first among equals).
+    """
 
     def __init__(self):
         super().__init__()
         self.decompose = _predictor(Decompose, DECOMPOSE_DEMOS)
 
-    def forward(self, question: str, max_hops: int = 4) -> dspy.Prediction:
-        sub_questions = [_short(q) for q in self.decompose(question=question).sub_questions or []]
+    def forward(self, question: str, max_hops: int = 4, entity_retries: int = 0) -> dspy.Prediction:
+        tried: list[tuple[int, int, list[str], list[str]]] = []
+        failure: Exception | None = None
+        for attempt in range(entity_retries + 1):
+            config = {"rollout_id": attempt, "temperature": 0.7} if attempt else {}
+            try:
+                sub_questions = self.sub_questions(question, max_hops, config)
+            except (MalformedOutput, ValueError) as error:  # a retry may still give a usable one
+                if not entity_retries:
+                    raise
+                failure = failure or error
+                continue
+            problems = entity_problems(question, sub_questions) if entity_retries else []
+            if not problems:
+                return dspy.Prediction(sub_questions=sub_questions, problems=[], attempts=attempt + 1)
+            tried.append((len(problems), attempt, sub_questions, problems))
+        if not tried:
+            raise failure
+        _, _, sub_questions, problems = min(tried)
+        return dspy.Prediction(sub_questions=sub_questions, problems=problems, attempts=entity_retries + 1)
+
+    def sub_questions(self, question: str, max_hops: int, config: dict) -> list[str]:
+        sub_questions = [_short(q) for q in self.decompose(question=question, config=config).sub_questions or []]
         sub_questions = [q for q in sub_questions if q]
         if not sub_questions:
             raise MalformedOutput("the decomposition is empty")
@@ -215,7 +308,7 @@ class Decomposer(dspy.Module):
         for position, sub_question in enumerate(sub_questions, start=1):
             if any(not 1 <= k < position for k in references(sub_question)):
                 raise MalformedOutput(f"sub-question {position} refers to an answer not yet known: {sub_question!r}")
-        return dspy.Prediction(sub_questions=sub_questions)
+        return sub_questions
 
 
 class BridgeRewriter(dspy.Module):
@@ -242,6 +335,9 @@ class BridgeRewriter(dspy.Module):
         return dspy.Prediction(query=query, rewritten=True)
 
 
+EVIDENCE_PASSAGES = 5  # the passages a reader sees: every peer's top 5, and the program's
+
+
 def evidence_line(title: str, text: str) -> str:
     """How a fact or passage is shown to a reader: "(title) text", as in the demonstrations."""
     return f"({title}) {text}"
@@ -252,19 +348,32 @@ def numbered_evidence(facts: Sequence[ScoredFact]) -> list[str]:
 
 
 class HopAnswerer(dspy.Module):
-    """Step 10: a hop's query and evidence facts -> short answer and the supporting facts."""
+    """Step 10: a hop's query and evidence facts -> short answer and the supporting facts.
+
+    With `grounded`, an answer that the cited facts (all evidence facts when none is cited) do
+    not contain is asked for once more past the cache; if that one is not contained either, the
+    answer becomes the first named span of those facts that the query does not name. One
+    invented bridge would otherwise send every later hop after the wrong entity.
+    """
 
     def __init__(self):
         super().__init__()
         self.answer = _predictor(AnswerHop, ANSWER_HOP_DEMOS)
 
-    def forward(self, question: str, facts: Sequence[ScoredFact]) -> dspy.Prediction:
-        output = self.answer(question=question, evidence=numbered_evidence(facts))
-        answer = _short(output.answer)
-        if not answer:
-            raise MalformedOutput(f"no answer to {question!r}")
-        numbers = [n for n in dict.fromkeys(output.supporting or []) if 1 <= n <= len(facts)]
-        return dspy.Prediction(answer=answer, supporting=[facts[n - 1].id for n in numbers])
+    def forward(self, question: str, facts: Sequence[ScoredFact], grounded: bool = False) -> dspy.Prediction:
+        evidence = numbered_evidence(facts)
+        for attempt in range(2 if grounded else 1):
+            config = {"rollout_id": attempt, "temperature": 0.7} if attempt else {}
+            output = self.answer(question=question, evidence=evidence, config=config)
+            answer = _short(output.answer)
+            if not answer:
+                raise MalformedOutput(f"no answer to {question!r}")
+            supporting = [facts[n - 1] for n in dict.fromkeys(output.supporting or []) if 1 <= n <= len(facts)]
+            cited = supporting or list(facts)
+            if not grounded or contained(answer, [f"{fact.title} {fact.text}" for fact in cited]):
+                return dspy.Prediction(answer=answer, supporting=[fact.id for fact in supporting], replaced=None)
+        span = supported_span(question, cited)
+        return dspy.Prediction(answer=span or answer, supporting=[fact.id for fact in supporting], replaced=answer if span else None)
 
 
 class AnswerGenerator(dspy.Module):

@@ -17,7 +17,7 @@ from typing import Callable
 
 from modules.config import TUNABLES, tunable_type
 from modules.errors import HyperProveError, first_line
-from pipeline.config import HyperProveConfig
+from pipeline.config import READER_EVIDENCE, HyperProveConfig
 
 # Third-party settings the command line fixes for every command: no reaching for the network at
 # import or first use, and no progress bars of MLflow's own between ours.
@@ -46,7 +46,9 @@ def build_config(args: argparse.Namespace) -> HyperProveConfig:
         retriever={name: flag(name) for name in TUNABLES},
         index={"extractor": flag("extractor"), "embedder": flag("embedder"), "eta": flag("eta")},
         lm={"model": flag("lm_model"), "threads": flag("lm_threads")},
-        program={"max_hops": flag("max_hops"), "compiled": flag("program")},
+        program={"max_hops": flag("max_hops"), "compiled": flag("program"), "entity_retries": flag("entity_retries"),
+                 "grounded_hops": flag("grounded_hops"), "question_channel": flag("question_channel"),
+                 "reader_evidence": flag("reader_evidence")},
         evaluation={k: flag(k) for k in EVALUATION_FLAGS} if args.command in ("evaluate", "sweep") else {},
         sweep={k: flag(k) for k in SWEEP_FLAGS} if args.command == "sweep" else {},
         compile={k: flag(k) for k in COMPILE_FLAGS} if args.command == "compile" else {},
@@ -119,6 +121,13 @@ def _add_tracking_flags(parser: argparse.ArgumentParser, logs: str | None = None
 def _add_program_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--program", help="compiled program JSON (from `hyperprove compile`)")
     parser.add_argument("--max-hops", type=int, help="most sub-questions per question (default 4)")
+    parser.add_argument("--entity-retries", type=int, help="asks again for a decomposition that drops or invents a name of the question (0: no check)")
+    parser.add_argument("--grounded-hops", action=argparse.BooleanOptionalAction,
+                        help="a hop answer its facts do not contain is asked again, then replaced by a named span of the facts")
+    parser.add_argument("--question-channel", action=argparse.BooleanOptionalAction,
+                        help="interleave the ranking for the whole question first with the hops' rankings")
+    parser.add_argument("--reader-evidence", choices=list(READER_EVIDENCE),
+                        help="what the final reader sees: " + "; ".join(f"{k}: {v}" for k, v in READER_EVIDENCE.items()))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -151,13 +160,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--retriever", dest="retrievers",
         help="comma-separated systems, run in one invocation over one index: dense | bm25 | ppr (HippoRAG 2-style) | "
              "proprag (beam search over fact paths) | dense-facts | hypergraphrag (one-shot entity expansion) | "
-             "hyperprove-fixed (ablation) | dense-iterative | hyperprove (default: dense)",
+             "hyperprove-fixed (ablation) | dense-iterative | hyperprove | "
+             "hyperprove-passages (the program's top 5 through the same reader) (default: dense)",
     )
     evaluate.add_argument(
         "--decomposition", choices=["gold", "lm"],
         help="gold (default): the datasets' gold sub-questions, retrieval only; lm: hyperprove runs the full program (EM, F1, LM calls)",
     )
-    evaluate.add_argument("--read", action="store_const", const=True, help="with --decomposition lm: every other system's top 5 passages go to the same reader")
+    evaluate.add_argument("--read", action=argparse.BooleanOptionalAction,
+                          help="with --decomposition lm: every other system's top 5 passages go to the same reader (default: on)")
     evaluate.add_argument("--limit", type=int, help="evaluate the first N questions only")
     evaluate.add_argument("--out", help="results directory: results.md, results.json, predictions.json, index_manifest.json")
     _add_tracking_flags(evaluate, "an MLflow run")

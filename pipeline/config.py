@@ -54,13 +54,24 @@ class LMConfig:
         return self.model or LOCAL_MODEL_ID
 
 
+READER_EVIDENCE = {  # what the final reader (step 11) sees -> what the CLI help says
+    "facts": "the answered sub-questions, then the facts of the carried frontier",
+    "passages": "the answered sub-questions, then the program's top 5 passages",
+    "passages-only": "the program's top 5 passages, as every peer's reader sees its own",
+}
+
+
 @dataclass
 class ProgramConfig:
-    """How the program runs the hops."""
+    """How the program runs the hops and what its final reader sees."""
 
     max_hops: int = 4  # longer decompositions count as failed
     carry: str = "supporting"  # "supporting" (the hop reader's cited facts) or "top_k"
     compiled: str | None = None  # compiled program JSON (`hyperprove compile`); None: the built-in demonstrations
+    entity_retries: int = 0  # asks again when a decomposition drops or invents a named word of the question; 0: no check
+    grounded_hops: bool = False  # a hop answer its evidence facts do not contain is asked again, then replaced by a named span of them
+    question_channel: bool = False  # the ranking for the whole question is interleaved first with the hops' rankings
+    reader_evidence: str = "facts"  # one of READER_EVIDENCE
 
     def __post_init__(self) -> None:
         check_types(self, "program")
@@ -68,6 +79,10 @@ class ProgramConfig:
             raise HyperProveError(f"program config: max_hops={self.max_hops!r} must be >= 1")
         if self.carry not in ("supporting", "top_k"):
             raise HyperProveError(f"program config: carry={self.carry!r} must be 'supporting' or 'top_k'")
+        if not 0 <= self.entity_retries <= 5:
+            raise HyperProveError(f"program config: entity_retries={self.entity_retries!r} must lie in [0, 5]")
+        if self.reader_evidence not in READER_EVIDENCE:
+            raise HyperProveError(f"program config: reader_evidence={self.reader_evidence!r} must be one of {', '.join(map(repr, READER_EVIDENCE))}")
 
 
 @dataclass
@@ -107,7 +122,7 @@ class EvaluationConfig:
     index: str | None = None  # index directory (default: built once and cached)
     retrievers: list[str] = field(default_factory=lambda: ["dense"])
     decomposition: str = "gold"  # "gold" (MuSiQue's sub-questions, no LM) or "lm" (the full program)
-    read: bool = False  # with the LM: every system's top 5 passages also go to the same reader
+    read: bool = True  # with the LM: every system's top 5 passages also go to the same reader (False: they only rank)
     limit: int | None = None  # the first N questions
     out: str | None = None  # results directory (default: .hyperprove/results/<questions>-<decomposition>-<time>)
     name: str = ""  # the title of the results table and of the MLflow run

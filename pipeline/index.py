@@ -122,7 +122,7 @@ class HypergraphIndex:
         return FactTable(
             text=self.fact_text,
             passage=self.fact_passage,
-            passage_titles=[p.title for p in self.passages],
+            passages=self.passages,
             vectors=self.fact_vectors,
             index=self.fact_index,
         )

@@ -10,9 +10,15 @@ What the program decides where METHOD.md is silent:
   hop on the original question; an unusable rewrite becomes plain "#k" substitution; an
   unusable hop answer becomes the hop's best fact, so the next hop still has a bridge; an
   unusable final answer becomes the last hop's answer. Each fallback is recorded in the output.
-- The final reader sees the answered sub-questions, then the facts of F_m with passage titles
-  (not whole passages: on a 1.5B local model every prompt token costs time).
-- Passages for Recall@k: each hop's ranked passages, interleaved rank by rank.
+- Checks a small model needs (`ProgramConfig`, off unless chosen): a decomposition that drops
+  or invents a name of the question is asked for again (`entity_retries`); a hop answer its
+  facts do not contain is asked for again, then replaced by a named span of them (`grounded_hops`).
+- Passages for Recall@k: each hop's ranked passages, interleaved rank by rank; with
+  `question_channel`, the ranking for the whole question (no frontier) leads the interleaving,
+  so a hop that went astray still leaves the passages the question itself points to.
+- The final reader sees, by `reader_evidence`: the answered sub-questions and the facts of F_m
+  with passage titles ("facts"), the answered sub-questions and the top 5 passages
+  ("passages"), or the top 5 passages alone, as each peer's reader sees its own ("passages-only").
 """
 
 from __future__ import annotations
@@ -26,7 +32,8 @@ from dspy.utils.exceptions import AdapterParseError
 from modules.errors import HyperProveError
 from modules.references import fill_references
 from modules.retriever import HypergraphRetriever, interleave_passages
-from modules.steps import AnswerGenerator, BridgeRewriter, Decomposer, HopAnswerer, MalformedOutput, evidence_line
+from modules.steps import (EVIDENCE_PASSAGES, AnswerGenerator, BridgeRewriter, Decomposer, HopAnswerer, MalformedOutput,
+                           evidence_line)
 from pipeline.config import ProgramConfig
 
 # What a small model gets wrong: unparseable output, the wrong shape, values that fail validation.
@@ -49,9 +56,12 @@ class HyperProve(dspy.Module):
     def forward(self, question: str) -> dspy.Prediction:
         if self.retriever is None:
             raise HyperProveError("this HyperProve program has no retriever: it was built to compile or save its LM steps")
-        fallbacks: list[str] = []
+        config, fallbacks = self.config, []
         try:
-            sub_questions = self.decompose(question=question, max_hops=self.config.max_hops).sub_questions
+            decomposition = self.decompose(question=question, max_hops=config.max_hops, entity_retries=config.entity_retries)
+            sub_questions = decomposition.sub_questions
+            if decomposition.problems:
+                fallbacks.append(f"decompose: kept one that {', '.join(decomposition.problems)} after {decomposition.attempts} tries")
         except LM_FAILURES as error:
             sub_questions = [question]
             fallbacks.append(f"decompose: {error}")
@@ -60,7 +70,10 @@ class HyperProve(dspy.Module):
         answers: list[str] = []
         chain: list[dict] = []
         hop_passages: list[list[int]] = []
-        retrieval_seconds = 0.0
+        started = time.perf_counter()
+        if config.question_channel:
+            hop_passages.append(self.retriever(question).passages)
+        retrieval_seconds = time.perf_counter() - started
         for number, sub_question in enumerate(sub_questions, start=1):
             try:
                 query = self.rewrite(sub_question=sub_question, answers=answers).query
@@ -73,13 +86,15 @@ class HyperProve(dspy.Module):
             retrieval_seconds += time.perf_counter() - started
             top_k = [fact.id for fact in hop.facts]
             try:
-                reading = self.answer_hop(question=query, facts=hop.facts)
+                reading = self.answer_hop(question=query, facts=hop.facts, grounded=config.grounded_hops)
                 answer, supporting = reading.answer, reading.supporting
+                if reading.replaced is not None:
+                    fallbacks.append(f"answer {number}: {reading.replaced!r} is not in its facts; their span {answer!r} replaces it")
             except LM_FAILURES as error:
                 answer, supporting = (hop.facts[0].text if hop.facts else query), []
                 fallbacks.append(f"answer {number}: {error}")
 
-            carried = supporting if (self.config.carry == "supporting" and supporting) else top_k
+            carried = supporting if (config.carry == "supporting" and supporting) else top_k
             frontier = list(dict.fromkeys(frontier + carried))
             answers.append(answer)
             hop_passages.append(hop.passages)
@@ -94,9 +109,9 @@ class HyperProve(dspy.Module):
                 "passages": hop.passages[:5],
             })
 
-        evidence = [f"{hop['query']} -> {hop['answer']}" for hop in chain] + self.frontier_lines(frontier)
+        passages = interleave_passages(hop_passages)
         try:
-            final = self.generate(question=question, evidence=evidence).answer
+            final = self.generate(question=question, evidence=self.reader_evidence(chain, frontier, passages)).answer
         except LM_FAILURES as error:
             final = answers[-1]
             fallbacks.append(f"final answer: {error}")
@@ -104,14 +119,23 @@ class HyperProve(dspy.Module):
             answer=final,
             chain=chain,
             frontier=frontier,
-            passages=interleave_passages(hop_passages),
+            passages=passages,
             fallbacks=fallbacks,
             retrieval_seconds=retrieval_seconds,
         )
 
+    def reader_evidence(self, chain: list[dict], frontier: list[int], passages: list[int]) -> list[str]:
+        """What the final reader sees (`ProgramConfig.reader_evidence`)."""
+        corpus = self.retriever.facts.passages
+        top = [evidence_line(corpus[p].title, corpus[p].text) for p in passages[:EVIDENCE_PASSAGES]]
+        if self.config.reader_evidence == "passages-only":
+            return top
+        answered = [f"{hop['query']} -> {hop['answer']}" for hop in chain]
+        return answered + (top if self.config.reader_evidence == "passages" else self.frontier_lines(frontier))
+
     def frontier_lines(self, frontier: list[int]) -> list[str]:
         facts = self.retriever.facts
-        return [evidence_line(facts.passage_titles[int(facts.passage[i])], facts.text[i]) for i in frontier]
+        return [evidence_line(facts.passages[int(facts.passage[i])].title, facts.text[i]) for i in frontier]
 
 
 # --- building and running the program --------------------------------------------------------------

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from modules.facts import Passage
 from modules.hypergraph import Hypergraph, binary_csr
 from modules.retriever import FactTable, HypergraphRetriever, RetrieverConfig
 from modules.vectors import VectorIndex
@@ -48,7 +49,7 @@ def make_retriever(hand_graph, hand_vectors):
         table = FactTable(
             text=[f"fact {i}" for i in range(6)],
             passage=np.array(FACT_PASSAGE),
-            passage_titles=["P0", "P1", "P2"],
+            passages=[Passage(f"P{k}", f"passage {k}") for k in range(3)],
             vectors=hand_vectors,
             index=VectorIndex.build(hand_vectors),
         )

@@ -207,17 +207,20 @@ def two_hop_script(final_answer: str) -> dict:
 def test_evaluate_with_the_lm_runs_the_program_first_and_reads_every_system(files, capsys, scripted_cli, tmp_path):
     scripted_cli.answers = two_hop_script(final_answer="2017")
     code, out, _ = run_scripted(capsys, scripted_cli, "evaluate", "--questions", files / "questions.json", "--corpus", files / "corpus.json",
-                       "--retriever", "dense-iterative,dense,hyperprove", "--decomposition", "lm", "--read",
+                       "--retriever", "dense-iterative,dense,hyperprove,hyperprove-passages", "--decomposition", "lm",
                        "--embedder", "test-hash", "--cache-dir", tmp_path / "cache", "--out", tmp_path / "results", "--no-track", "--json")
     assert code == 0
     result = json.loads(out.strip().splitlines()[-1])
     systems = result["retrievers"]
-    assert list(systems) == ["dense-iterative", "dense", "hyperprove"] and result["mlflow_run"] is None
+    assert list(systems) == ["dense-iterative", "dense", "hyperprove", "hyperprove-passages"] and result["mlflow_run"] is None
     # hyperprove: decompose, one rewrite (hop 2 has a #1), two hop answers, the final answer
     assert systems["hyperprove"]["lm_calls_per_question"] == 5 and systems["hyperprove"]["em"] == 100.0
     assert systems["dense"]["lm_calls_per_question"] == 1 and systems["dense"]["em"] == 100.0
     assert systems["dense-iterative"]["lm_calls_per_question"] == 1
     predictions = json.loads((tmp_path / "results" / "predictions.json").read_text())
+    # hyperprove-passages: the program's own top 5 passages, one reader call
+    assert systems["hyperprove-passages"]["lm_calls_per_question"] == 1 and systems["hyperprove-passages"]["em"] == 100.0
+    assert predictions["hyperprove-passages"][0]["passages"] == predictions["hyperprove"][0]["passages"][:5]
     queries = [hop["query"] for hop in predictions["hyperprove"][0]["chain"]]
     assert queries == ["Who directed Jaws?", "Who was the mother of Steven Spielberg?"]
     # dense-iterative searched those two queries: its passages are their dense rankings interleaved
@@ -230,9 +233,9 @@ def test_evaluate_with_the_lm_runs_the_program_first_and_reads_every_system(file
     search = DensePassageSearch(VectorIndex.build(embedder.encode([f"{p['title']}\n{p['text']}" for p in CORPUS])), embedder.encode_query)
     assert predictions["dense-iterative"][0]["passages"] == interleave_passages([search(q) for q in queries])[:5]
     assert "| hyperprove | 1 | " in (tmp_path / "results" / "results.md").read_text()
-    # Without --read the baselines only rank: no reader calls, the same passages.
+    # With --no-read the baselines only rank: no reader calls, the same passages.
     code, out, _ = run_scripted(capsys, scripted_cli, "evaluate", "--questions", files / "questions.json", "--corpus", files / "corpus.json",
-                       "--retriever", "dense-iterative,hyperprove", "--decomposition", "lm",
+                       "--retriever", "dense-iterative,hyperprove", "--decomposition", "lm", "--no-read",
                        "--embedder", "test-hash", "--cache-dir", tmp_path / "cache", "--out", tmp_path / "ranked", "--no-track", "--json")
     assert code == 0
     ranked = json.loads(out.strip().splitlines()[-1])["retrievers"]["dense-iterative"]

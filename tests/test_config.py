@@ -53,12 +53,12 @@ def test_every_shipped_experiment_config_loads_and_names_its_own_results_folder(
             kinds.append("sweep")
             continue
         assert parse_systems(config.evaluation.retrievers) == config.evaluation.retrievers
-        assert config.evaluation.decomposition == ("lm" if "lm60" in stem else "gold")
+        assert config.evaluation.decomposition == ("lm" if "lm60" in stem or "-train-" in stem else "gold")
         assert config.program.compiled is None or config.program.compiled in compiled
         kinds.append("evaluate")
-    assert sorted(kinds) == ["compile"] * 3 + ["evaluate"] * 8 + ["sweep"] * 3
+    assert sorted(kinds) == ["compile"] * 3 + ["evaluate"] * 14 + ["sweep"] * 3
 
 
 def test_a_comma_list_of_retrievers_from_the_command_line():
     config = HyperProveConfig().with_overrides(evaluation={"retrievers": "dense, ppr", "read": None})
-    assert config.evaluation.retrievers == ["dense", "ppr"] and config.evaluation.read is False
+    assert config.evaluation.retrievers == ["dense", "ppr"] and config.evaluation.read is True

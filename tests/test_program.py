@@ -6,7 +6,7 @@ from dspy.utils import DummyLM
 
 from experiments.data import Question
 from experiments.qa import evaluate_program
-from modules.facts import Passage
+from modules.facts import Passage, ScoredFact
 from modules.retriever import RetrieverConfig
 from pipeline.config import IndexConfig, ProgramConfig
 from pipeline.index import build_index
@@ -150,3 +150,57 @@ def test_one_failing_question_does_not_stop_a_batch():
     assert summary["errors"] == 1
     assert summary["em"] == pytest.approx(200 / 3, abs=0.01)
     assert summary["recall@2"] == pytest.approx(200 / 3, abs=0.01)
+
+
+def final_prompt(retriever, **config) -> tuple[dspy.Prediction, str]:
+    """The prediction and the text of the last LM call: the final reader's prompt."""
+    lm = DummyLM(script())
+    with dspy.context(lm=lm):
+        prediction = HyperProve(retriever, ProgramConfig(**config))(QUESTION)
+    return prediction, lm.history[-1]["messages"][-1]["content"]
+
+
+def test_the_final_reader_sees_what_reader_evidence_names(retriever):
+    chain_line = "Who directed Jaws? -> Steven Spielberg"
+    whole_passage = "(Leah Adler) Leah Adler was an American restaurateur. Leah Adler died in 2017."
+    prediction, facts_prompt = final_prompt(retriever)
+    assert chain_line in facts_prompt and "(Leah Adler) Leah Adler died in 2017." in facts_prompt and whole_passage not in facts_prompt
+    prediction, passages_prompt = final_prompt(retriever, reader_evidence="passages")
+    assert chain_line in passages_prompt and whole_passage in passages_prompt
+    assert prediction.answer == "2017"
+    _, alone = final_prompt(retriever, reader_evidence="passages-only")
+    assert chain_line not in alone and whole_passage in alone
+    # the passages are the program's first five, as every peer's reader gets its own
+    titles = [CORPUS[p].title for p in prediction.passages[:5]]
+    assert all(f"({title})" in alone for title in titles)
+
+
+def test_the_question_channel_leads_the_interleaved_passages(retriever):
+    from modules.retriever import interleave_passages
+
+    plain, _ = run(retriever, script())
+    channel, calls = run(retriever, script(), question_channel=True)
+    assert calls == 7  # no LM call more: the question's ranking is retrieval only
+    hops = [retriever(hop["query"], frontier=hop["frontier_in"]).passages for hop in channel.chain]
+    assert plain.passages == interleave_passages(hops)
+    assert channel.passages == interleave_passages([retriever(QUESTION).passages, *hops])
+    assert channel.answer == plain.answer and channel.chain == plain.chain
+
+
+def test_checked_decomposition_and_grounded_hops_show_in_the_fallbacks(retriever):
+    from modules.steps import supported_span
+
+    # the decomposer keeps dropping "Jaws"; the first hop's answer is in no fact: asked again, then replaced
+    answers = script(**{DECOMPOSE: {"sub_questions": ["Who directed the film?"]},
+                        ask("Who directed the film?"): {"answer": "George Lucas", "supporting": [1]}})
+    lm = DummyLM(answers)
+    with dspy.context(lm=lm):
+        prediction = HyperProve(retriever, ProgramConfig(entity_retries=1, grounded_hops=True))(QUESTION)
+    prompts = [call["messages"][-1]["content"] for call in lm.history]
+    assert sum(DECOMPOSE in prompt for prompt in prompts) == 2
+    assert sum(ask("Who directed the film?") in prompt for prompt in prompts) == 2
+    hop = prediction.chain[0]
+    cited = [ScoredFact(**hop["facts"][0])]
+    assert hop["answer"] == supported_span(hop["query"], cited) and hop["supporting"] == [hop["facts"][0]["id"]]
+    assert prediction.fallbacks[:2] == ["decompose: kept one that drops 'jaws' after 2 tries",
+                                        f"answer 1: 'George Lucas' is not in its facts; their span {hop['answer']!r} replaces it"]

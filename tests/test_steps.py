@@ -6,7 +6,8 @@ from dspy.utils import DummyLM
 
 from modules.facts import ScoredFact
 from modules.references import fill_references
-from modules.steps import AnswerGenerator, BridgeRewriter, Decomposer, FactExtractor, HopAnswerer, MalformedOutput, mentioned
+from modules.steps import (AnswerGenerator, BridgeRewriter, Decomposer, FactExtractor, HopAnswerer, MalformedOutput, contained,
+                           entity_problems, mentioned, named_spans, named_words, supported_span)
 
 
 def scripted(*answers):
@@ -58,6 +59,69 @@ def test_decomposer_accepts_backward_references_only():
         Decomposer()(question="q", max_hops=2)
     with scripted({"sub_questions": ["  "]}), pytest.raises(MalformedOutput, match="empty"):
         Decomposer()(question="q")
+
+
+JAWS_QUESTION = "When did the director of Jaws' mother die?"
+
+
+def test_entity_problems_name_what_a_decomposition_drops_or_invents():
+    assert named_words("When did the director of Jaws' mother die in #1 or 1975?") == {"jaws", "1975"}
+    assert entity_problems(JAWS_QUESTION, ["Who directed Jaws?", "Who is the mother of #1?", "When did #2 die?"]) == []
+    assert entity_problems(JAWS_QUESTION, ["Who directed the film?", "When did #1's mother die?"]) == ["drops 'jaws'"]
+    # a name in lower case still counts as kept; a year the question never gave is invented
+    assert entity_problems(JAWS_QUESTION, ["Who directed jaws in 1975?", "Who is Spielberg's mother?"]) == ["invents '1975'", "invents 'spielberg'"]
+
+
+def test_decomposer_asks_again_when_a_name_is_dropped_and_keeps_the_first_clean_answer():
+    dropped = {"sub_questions": ["Who directed the film?", "When did #1's mother die?"]}
+    invented = {"sub_questions": ["Who directed Jaws in 1975?", "When did #1's mother die?"]}
+    clean = {"sub_questions": ["Who directed Jaws?", "When did #1's mother die?"]}
+    lm = DummyLM([dropped, clean, invented])
+    with dspy.context(lm=lm):
+        out = Decomposer()(question=JAWS_QUESTION, entity_retries=2)
+    assert out.sub_questions == clean["sub_questions"] and out.problems == [] and out.attempts == 2
+    assert len(lm.history) == 2  # stops at the first clean one
+    # no clean one: the one with the fewest problems, the earlier among equals
+    with scripted(dropped, {"sub_questions": ["Who directed Titanic in 1997?", "When did #1 die?"]}, invented):
+        out = Decomposer()(question=JAWS_QUESTION, entity_retries=2)
+    assert out.sub_questions == dropped["sub_questions"] and out.problems == ["drops 'jaws'"] and out.attempts == 3
+    # without retries there is no check: one call, whatever it names
+    lm = DummyLM([dropped])
+    with dspy.context(lm=lm):
+        assert Decomposer()(question=JAWS_QUESTION).sub_questions == dropped["sub_questions"]
+    assert len(lm.history) == 1
+    # a malformed first answer is retried too when retries are on
+    with scripted({"sub_questions": ["When did #2 die?"]}, clean):
+        assert Decomposer()(question=JAWS_QUESTION, entity_retries=1).sub_questions == clean["sub_questions"]
+
+
+def test_named_spans_and_the_span_a_hop_answer_falls_back_to():
+    assert named_spans("Leah Adler died on February 21, 2017, in Los Angeles.") == ["Leah Adler", "February 21, 2017", "Los Angeles"]
+    assert named_spans("He was Prince Arthur, Duke of Connaught and Strathearn.") == ["He", "Prince Arthur, Duke of Connaught and Strathearn"]
+    evidence = facts("Jaws is a 1975 film.", "Jaws was directed by Steven Spielberg.")
+    assert supported_span("Who directed Jaws?", evidence) == "1975"  # the first fact's first span the query does not name
+    assert supported_span("Who directed Jaws in 1975?", evidence) == "Steven Spielberg"
+    assert supported_span("Who directed Jaws in 1975?", evidence[:1]) is None
+    assert contained("Steven  Spielberg", ["T1 Jaws was directed by Steven Spielberg."])
+    assert not contained("George Lucas", ["T1 Jaws was directed by Steven Spielberg."])
+    assert contained("Yes", ["anything"])
+
+
+def test_grounded_hop_answers_are_asked_again_then_replaced_by_a_span_of_the_cited_facts():
+    evidence = facts("Jaws is a thriller film.", "Jaws was directed by Steven Spielberg.")
+    lm = DummyLM([{"answer": "George Lucas", "supporting": [2]}, {"answer": "Steven Spielberg", "supporting": [2]}])
+    with dspy.context(lm=lm):
+        out = HopAnswerer()(question="Who directed Jaws?", facts=evidence, grounded=True)
+    assert (out.answer, out.supporting, out.replaced) == ("Steven Spielberg", [10], None)
+    assert len(lm.history) == 2
+    with scripted({"answer": "George Lucas", "supporting": [2]}, {"answer": "Lucas", "supporting": [2]}):
+        out = HopAnswerer()(question="Who directed Jaws?", facts=evidence, grounded=True)
+    assert (out.answer, out.supporting, out.replaced) == ("Steven Spielberg", [10], "Lucas")
+    # ungrounded but not checked: kept as the LM wrote it, one call
+    lm = DummyLM([{"answer": "George Lucas", "supporting": [2]}])
+    with dspy.context(lm=lm):
+        assert HopAnswerer()(question="Who directed Jaws?", facts=evidence).answer == "George Lucas"
+    assert len(lm.history) == 1
 
 
 def test_rewriter_calls_the_lm_only_when_there_is_a_reference():
