@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Sequence
 
@@ -28,6 +29,7 @@ from experiments.harness import SYSTEMS, results_table  # noqa: E402
 from experiments.stats import describe_difference, paired_difference  # noqa: E402
 from modules.config import TUNABLES  # noqa: E402
 from modules.errors import HyperProveError  # noqa: E402
+from pipeline.config import ProgramConfig  # noqa: E402
 from pipeline.files import atomic_write_bytes, read_json  # noqa: E402
 
 DATASET_ORDER = ("musique", "2wiki", "hotpotqa")
@@ -60,17 +62,34 @@ def load_runs(directory: Path) -> list[dict]:
     return sorted(runs, key=order)
 
 
-def verdict(systems: dict[str, dict]) -> str:
-    """HyperProve's Recall@5 against the best other system's, in one sentence."""
-    ours = "hyperprove" if "hyperprove" in systems else "hyperprove-fixed" if "hyperprove-fixed" in systems else None
-    others = {name: s["recall@5"] for name, s in systems.items() if name not in ("hyperprove", "hyperprove-fixed") and "recall@5" in s}
-    if ours is None or not others:
-        return ""
-    best = max(others, key=others.get)
-    gap = systems[ours]["recall@5"] - others[best]
-    position = "ahead of" if gap > 0 else "level with" if gap == 0 else "behind"
-    return (f"Recall@5: {ours} {systems[ours]['recall@5']:.2f} is {position} the best baseline, "
-            f"{best} {others[best]:.2f} ({gap:+.2f}).")
+OURS = ("hyperprove", "hyperprove-fixed", "hyperprove-passages")  # never "the best peer"
+COMPARED = (("recall@5", "Recall@5", ("hyperprove", "hyperprove-fixed")), ("f1", "F1", ("hyperprove", "hyperprove-passages")))
+
+
+def verdict(run: dict) -> list[str]:
+    """HyperProve's Recall@5 and F1 against the best peer's, one sentence each, with the paired
+    bootstrap interval when the run's predictions are there: "ahead" or "behind" only when the
+    interval excludes 0."""
+    systems, lines = run["systems"], []
+    for metric, label, candidates in COMPARED:
+        peers = {name: s[metric] for name, s in systems.items() if name not in OURS and s.get(metric) is not None}
+        ours = [name for name in candidates if systems.get(name, {}).get(metric) is not None]
+        if not peers or not ours:
+            continue
+        best = max(peers, key=peers.get)
+        for name in ours[:1] if metric == "recall@5" else ours:
+            gap = systems[name][metric] - peers[best]
+            relative = f" ({100 * gap / peers[best]:+.1f}% relative)" if peers[best] else ""
+            sentence = f"{label}: {name} {systems[name][metric]:.2f} against the best peer, {best} {peers[best]:.2f}: {gap:+.2f}{relative}"
+            ours_rows, peer_rows = system_rows(run, name), system_rows(run, best)
+            if ours_rows and peer_rows and [r["id"] for r in ours_rows] == [r["id"] for r in peer_rows]:
+                difference = paired_difference(ours_rows, peer_rows, metric)
+                low, high = difference["interval95"]
+                position = {"better": "ahead", "worse": "behind"}.get(difference["verdict"], "not told apart")
+                sentence += (f"; paired bootstrap 95% interval {low:+.2f} to {high:+.2f} (up on {difference['up']} questions, "
+                             f"down on {difference['down']}, level on {difference['same']}), so {position}")
+            lines.append(sentence + ".")
+    return lines
 
 
 SWEPT_COLUMNS = tuple((name, tunable.label) for name, tunable in TUNABLES.items())
@@ -137,10 +156,10 @@ def program_of(run: dict) -> str | None:
     return run.get("config", {}).get("program", {}).get("compiled")
 
 
-def hyperprove_rows(run: dict) -> list[dict] | None:
-    """HyperProve's per-question rows of a run (its predictions.json), in question-id order."""
+def system_rows(run: dict, system: str = "hyperprove") -> list[dict] | None:
+    """A system's per-question rows of a run (its predictions.json), in question-id order."""
     path = Path(run.get("results_dir", "")) / "predictions.json"
-    rows = read_json(path, "predictions").get("hyperprove") if run.get("results_dir") and path.is_file() else None
+    rows = read_json(path, "predictions").get(system) if run.get("results_dir") and path.is_file() else None
     return sorted(rows, key=lambda row: row["id"]) if rows else None
 
 
@@ -158,7 +177,7 @@ def compiled_program(run: dict, runs: Sequence[dict] = ()) -> list[str]:
             deltas = [f"{label} {ours[key] - theirs[key]:+.2f}" for key, label in metrics if key in ours and key in theirs]
             if deltas:
                 lines += [f"Against `{base['name']}` (the same setting, built-in demonstrations), hyperprove: {', '.join(deltas)}.", ""]
-            ours_rows, base_rows = hyperprove_rows(run), hyperprove_rows(base)
+            ours_rows, base_rows = system_rows(run), system_rows(base)
             if ours_rows and base_rows and [r["id"] for r in ours_rows] == [r["id"] for r in base_rows]:
                 paired = [describe_difference(paired_difference(ours_rows, base_rows, key)) for key in ("recall@5", "f1") if key in ours_rows[0]]
                 lines += ["Question by question: " + "; ".join(paired) + ".", ""]
@@ -176,6 +195,58 @@ def compiled_program(run: dict, runs: Sequence[dict] = ()) -> list[str]:
             f"commit {str(made.get('git_commit', '?'))[:10]}){grades}.", "", *lines]
 
 
+# --- the program's answer path, chosen on train ------------------------------------------------------
+def is_choice(run: dict) -> bool:
+    """A train run that measures program options (`<dataset>-train-<variant>`)."""
+    return "-train-" in run.get("name", "")
+
+
+def answer_path(program: dict, system: str) -> str:
+    """The program options that make an answer path, in words ("reader: passages; question channel")."""
+    settings = {**asdict(ProgramConfig()), **program}
+    reader = "passages-only" if system == "hyperprove-passages" else settings["reader_evidence"]
+    words = [f"reader: {reader}"]
+    words += ["question channel"] if settings["question_channel"] else []
+    words += [f"entity retries {settings['entity_retries']}"] if settings["entity_retries"] else []
+    words += ["grounded hops"] if settings["grounded_hops"] else []
+    words += [f"compiled `{settings['compiled']}`"] if settings["compiled"] else []
+    return "; ".join(words)
+
+
+def render_choices(runs: Sequence[dict]) -> list[str]:
+    """Per dataset, every answer path its train runs measured (the program, and its top 5 passages
+    through the same reader), each against the first run's program question by question."""
+    lines = ["## The program's answer path, chosen on train", "",
+             "Each train run below scores one setting of the program's options on a dataset's train questions; `hyperprove-passages` "
+             "rows are the same program's top 5 passages read alone. F1 differences are against the first row, question by question. "
+             f"The defaults in `ProgramConfig` now: {answer_path({}, 'hyperprove')}.", ""]
+    datasets: dict[str, list[dict]] = {}
+    for run in runs:
+        datasets.setdefault(run["name"].split("-train-")[0], []).append(run)
+    for dataset, group in datasets.items():
+        group = sorted(group, key=lambda run: (not run["name"].endswith("-train-facts"), run.get("finished", "")))
+        paths = [(run, system) for run in group for system in ("hyperprove", "hyperprove-passages") if system in run["systems"]]
+        base_run, base_system = paths[0]
+        base_rows = system_rows(base_run, base_system)
+        lines += [f"### {dataset} train", "", "| answer path | run | n | EM | F1 | R@5 | LM calls/q | F1 against the first row |",
+                  "|---|---|---:|---:|---:|---:|---:|---|"]
+        for run, system in paths:
+            summary = run["systems"][system]
+            rows = system_rows(run, system)
+            against = "–"
+            if (run, system) != (base_run, base_system) and rows and base_rows and [r["id"] for r in rows] == [r["id"] for r in base_rows]:
+                difference = paired_difference(rows, base_rows, "f1")
+                low, high = difference["interval95"]
+                against = f"{difference['mean']:+.2f} [{low:+.2f}, {high:+.2f}] {difference['verdict']}"
+            cells = [f"{summary[key]:.2f}" if summary.get(key) is not None else "–" for key in ("em", "f1", "recall@5", "lm_calls_per_question")]
+            lines.append(f"| {answer_path(run.get('config', {}).get('program', {}), system)} | `{run['name']}` ({system}) | "
+                         f"{summary.get('n', '?')} | " + " | ".join(cells) + f" | {against} |")
+        lines += ["", "Commands: " + "; ".join(
+            f"`hyperprove evaluate --config experiments/configs/{run['name']}.json`" + (f" (commit {run['git_commit'][:10]})" if run.get("git_commit") else "")
+            for run in group) + ".", ""]
+    return lines
+
+
 def render(runs: list[dict], sweeps: Sequence[tuple[dict, list[str]]] = ()) -> str:
     lines = [
         "# HyperProve benchmark report",
@@ -189,7 +260,7 @@ def render(runs: list[dict], sweeps: Sequence[tuple[dict, list[str]]] = ()) -> s
         "Systems: " + "; ".join(f"`{name}`: {text}" for name, text in SYSTEMS.items()) + ".",
         "",
     ]
-    for run in runs:
+    for run in [run for run in runs if not is_choice(run)]:
         name = run.get("name", "?")
         lines += [f"## {name}", ""]
         if run.get("description"):
@@ -197,10 +268,13 @@ def render(runs: list[dict], sweeps: Sequence[tuple[dict, list[str]]] = ()) -> s
         extra = [f"{run.get('n_questions', '?')} questions"] + ([f"LM `{run['lm']}`"] if run.get("lm") else [])
         lines += [_facts(run, f"hyperprove evaluate --config experiments/configs/{name}.json", extra), "",
                   results_table(list(run["systems"].values())).rstrip(), ""]
-        judged = verdict(run["systems"])
+        judged = verdict(run)
         if judged:
-            lines += [judged, ""]
+            lines += [*judged, ""]
         lines += compiled_program(run, runs)
+    choices = [run for run in runs if is_choice(run)]
+    if choices:
+        lines += render_choices(choices)
     for sweep, plots in sweeps:
         lines += render_sweep(sweep, plots)
     return "\n".join(lines)

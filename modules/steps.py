@@ -168,22 +168,25 @@ _WORD = re.compile(r"\w+")
 _JOINERS = frozenset("of de del della da das do dos du di von van der den la le les el y and the".split())
 
 
-def named_words(text: str) -> set[str]:
+def named_words(text: str, skip_first: bool = False) -> set[str]:
     """The words that name something (lower-cased): capitalised ones other than question and
-    function words, and numbers. "#k" references are not names."""
+    function words and single letters, and numbers. "#k" references are not names. With
+    `skip_first`, a first word capitalised only because it starts the sentence does not count."""
     words = _WORD.findall(REFERENCE.sub(" ", text))
-    return {w.lower() for w in words if (w[0].isupper() or w[0].isdigit()) and w.lower() not in _FUNCTION_WORDS}
+    if skip_first and words and not words[0][0].isdigit():
+        words = words[1:]
+    return {w.lower() for w in words if (w[0].isupper() and len(w) > 1 or w[0].isdigit()) and w.lower() not in _FUNCTION_WORDS}
 
 
 def entity_problems(question: str, sub_questions: Sequence[str]) -> list[str]:
     """What a decomposition gets wrong about the question's names, by rule: a named word of the
     question no sub-question has ("drops 'jaws'"), or a named word no part of the question has
     ("invents '1975'"). A 1.5B decomposer does both, and a chain that starts from the wrong
-    entity cannot recover."""
+    entity cannot recover. Words in brackets ("Inherent Vice (Film)") may be left out."""
     asked = {w.lower() for w in _WORD.findall(question)}
     written = {w.lower() for q in sub_questions for w in _WORD.findall(REFERENCE.sub(" ", q))}
-    dropped = sorted(named_words(question) - written)
-    invented = sorted(set().union(*(named_words(q) for q in sub_questions)) - asked)
+    dropped = sorted(named_words(re.sub(r"\([^()]*\)", " ", question), skip_first=True) - written)
+    invented = sorted(set().union(*(named_words(q, skip_first=True) for q in sub_questions)) - asked)
     return [f"drops {w!r}" for w in dropped] + [f"invents {w!r}" for w in invented]
 
 

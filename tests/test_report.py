@@ -5,12 +5,30 @@ import json
 from experiments.report import load_runs, main, verdict
 
 
-def test_verdict_compares_hyperprove_with_the_best_baseline():
+def test_verdict_compares_hyperprove_with_the_best_peer():
     systems = {"dense": {"recall@5": 57.78}, "ppr": {"recall@5": 59.72}, "hyperprove": {"recall@5": 79.58}}
-    assert verdict(systems) == "Recall@5: hyperprove 79.58 is ahead of the best baseline, ppr 59.72 (+19.86)."
+    assert verdict({"systems": systems}) == ["Recall@5: hyperprove 79.58 against the best peer, ppr 59.72: +19.86 (+33.3% relative)."]
     fixed = {"ppr": {"recall@5": 89.17}, "hyperprove-fixed": {"recall@5": 83.33}}
-    assert verdict(fixed) == "Recall@5: hyperprove-fixed 83.33 is behind the best baseline, ppr 89.17 (-5.84)."
-    assert verdict({"dense": {"recall@5": 1.0}}) == ""
+    assert verdict({"systems": fixed}) == ["Recall@5: hyperprove-fixed 83.33 against the best peer, ppr 89.17: -5.84 (-6.5% relative)."]
+    assert verdict({"systems": {"dense": {"recall@5": 1.0}}}) == []
+
+
+def test_verdict_names_the_paired_interval_and_compares_f1_under_the_same_reader(tmp_path):
+    # ten questions; per-question F1 (0-1): hyperprove answers nine that ppr misses; its passages read alone match ppr
+    rows = {"hyperprove": [1.0] * 9 + [0.5], "hyperprove-passages": [0.0] * 9 + [0.5], "ppr": [0.0] * 9 + [0.5], "dense": [0.0] * 10}
+    (tmp_path / "predictions.json").write_text(json.dumps(
+        {name: [{"id": f"q{k}", "f1": f1, "recall@5": 1.0} for k, f1 in enumerate(values)] for name, values in rows.items()}))
+    systems = {name: {"f1": 10 * sum(values), "recall@5": 100.0} for name, values in rows.items()}
+    lines = verdict({"systems": systems, "results_dir": str(tmp_path)})
+    assert lines[0] == ("Recall@5: hyperprove 100.00 against the best peer, ppr 100.00: +0.00 (+0.0% relative); paired bootstrap "
+                        "95% interval +0.00 to +0.00 (up on 0 questions, down on 0, level on 10), so not told apart.")
+    # hyperprove minus ppr: +100 on nine questions, 0 on one. A resample's mean is 100 (10 - K) / 10, K ~ Binomial(10, 0.1)
+    # the draws of the level question: P(K >= 4) = 1.3% and P(K >= 3) = 7.0%, so the 2.5th percentile is K = 3: +70;
+    # P(K = 0) = 35%, so the 97.5th is +100.
+    assert lines[1] == ("F1: hyperprove 95.00 against the best peer, ppr 5.00: +90.00 (+1800.0% relative); paired bootstrap 95% interval "
+                        "+70.00 to +100.00 (up on 9 questions, down on 0, level on 1), so ahead.")
+    assert lines[2] == ("F1: hyperprove-passages 5.00 against the best peer, ppr 5.00: +0.00 (+0.0% relative); paired bootstrap "
+                        "95% interval +0.00 to +0.00 (up on 0 questions, down on 0, level on 10), so not told apart.")
 
 
 def test_report_orders_runs_and_renders_each(tmp_path):
@@ -31,7 +49,7 @@ def test_report_orders_runs_and_renders_each(tmp_path):
     assert report.index("## musique-retrieval") < report.index("## hotpotqa-retrieval") < report.index("## musique-lm60")
     assert "command: `hyperprove evaluate --config experiments/configs/musique-lm60.json`; 60 questions; commit 0123456789; MLflow run `abc`." in report
     assert "| hyperprove | 60 | 45.00 | 55.00 | – | – | – | – | – |" in report
-    assert report.count("is ahead of the best baseline, dense 50.00 (+5.00).") == 3
+    assert report.count("Recall@5: hyperprove 55.00 against the best peer, dense 50.00: +5.00 (+10.0% relative).") == 3
 
 
 def test_a_sweep_is_rendered_with_its_held_out_check(tmp_path):
@@ -114,3 +132,35 @@ def test_a_compiled_run_is_compared_question_by_question_when_predictions_are_th
     # both picks the same question with chance 1/2, so the intervals reach both ends.
     assert lines[4] == ("Question by question: recall@5 +25.00 (95% interval +0.00 to +50.00; 1 up, 0 down, 1 same): within noise; "
                         "f1 -25.00 (95% interval -50.00 to +0.00; 0 up, 1 down, 1 same): within noise.")
+
+
+def test_train_runs_become_one_table_of_answer_paths_per_dataset(tmp_path):
+    from experiments.report import render_choices
+
+    def write(name, program, rows, finished):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "predictions.json").write_text(json.dumps(
+            {system: [{"id": f"q{k}", "f1": f1} for k, f1 in enumerate(values)] for system, values in rows.items()}))
+        systems = {system: {"n": 2, "em": 50.0 * sum(v == 1.0 for v in values), "f1": 50.0 * sum(values), "recall@5": 75.0,
+                            "lm_calls_per_question": 5.0 if system == "hyperprove" else 1.0} for system, values in rows.items()}
+        return {"name": name, "results_dir": str(tmp_path / name), "config": {"program": program}, "systems": systems,
+                "git_commit": "0123456789abcdef", "finished": finished}
+
+    runs = [
+        write("musique-train-passages-qc", {"reader_evidence": "passages", "question_channel": True},
+              {"hyperprove": [1.0, 1.0], "hyperprove-passages": [1.0, 0.0]}, "2026-12-01 07:00 UTC"),
+        write("musique-train-facts", {"reader_evidence": "facts"}, {"hyperprove": [0.0, 1.0]}, "2026-12-01 06:00 UTC"),
+    ]
+    lines = render_choices(runs)
+    table = lines[lines.index("### musique train") + 2:]
+    # the facts run comes first and is what the others are measured against: +100 on q0, 0 on q1 (a resample of two
+    # draws q1 twice with chance 1/4, so the interval reaches 0); the passages alone: +100 on q0, -100 on q1
+    assert table[2:5] == [
+        "| reader: facts | `musique-train-facts` (hyperprove) | 2 | 50.00 | 50.00 | 75.00 | 5.00 | – |",
+        "| reader: passages; question channel | `musique-train-passages-qc` (hyperprove) | 2 | 100.00 | 100.00 | 75.00 | 5.00 | "
+        "+50.00 [+0.00, +100.00] within noise |",
+        "| reader: passages-only; question channel | `musique-train-passages-qc` (hyperprove-passages) | 2 | 50.00 | 50.00 | 75.00 | 1.00 | "
+        "+0.00 [-100.00, +100.00] within noise |",
+    ]
+    assert table[6] == ("Commands: `hyperprove evaluate --config experiments/configs/musique-train-facts.json` (commit 0123456789); "
+                        "`hyperprove evaluate --config experiments/configs/musique-train-passages-qc.json` (commit 0123456789).")
