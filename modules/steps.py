@@ -68,6 +68,15 @@ DECOMPOSE_DEMOS = [
         question="Where was the wife of the person that the Spielberg Prize is named after born?",
         sub_questions=["Who is the Spielberg Prize named after?", "Who is the wife of #1?", "Where was #2 born?"],
     ).with_inputs("question"),
+    # comparisons: one sub-question per compared thing, each naming it; the final reader compares
+    dspy.Example(
+        question="Which film came out first, Jaws or Close Encounters of the Third Kind?",
+        sub_questions=["When did Jaws come out?", "When did Close Encounters of the Third Kind come out?"],
+    ).with_inputs("question"),
+    dspy.Example(
+        question="Are the directors of Jaws and Duel from the same country?",
+        sub_questions=["Who directed Jaws?", "Who directed Duel?", "What country is #1 from?", "What country is #2 from?"],
+    ).with_inputs("question"),
 ]
 REWRITE_DEMOS = [
     dspy.Example(

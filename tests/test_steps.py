@@ -172,7 +172,7 @@ def test_answer_generator_rejects_an_empty_answer():
         AnswerGenerator()(question="q", evidence=[])
 
 
-@pytest.mark.parametrize("module, demos", [(FactExtractor, 2), (Decomposer, 2), (BridgeRewriter, 2), (HopAnswerer, 2), (AnswerGenerator, 2)])
+@pytest.mark.parametrize("module, demos", [(FactExtractor, 2), (Decomposer, 4), (BridgeRewriter, 2), (HopAnswerer, 2), (AnswerGenerator, 2)])
 def test_every_step_ships_demonstrations(module, demos):
     [(name, predictor)] = module().named_predictors()
     assert len(predictor.demos) == demos
@@ -188,3 +188,9 @@ def test_the_extraction_budget_follows_the_passage_length():
         FactExtractor()(title="Jaws (film)", passage=PASSAGE)
     assert lm.history[-1]["kwargs"]["max_tokens"] == 96 + 94 // 2  # title and passage: 94 characters
     assert extraction_budget("t", "x" * 5000) == 1024
+
+
+def test_the_built_in_decompositions_pass_the_entity_check():
+    from modules.steps import DECOMPOSE_DEMOS
+
+    assert [entity_problems(demo.question, demo.sub_questions) for demo in DECOMPOSE_DEMOS] == [[]] * len(DECOMPOSE_DEMOS)
