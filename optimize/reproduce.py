@@ -109,7 +109,7 @@ def rerun_config(recorded: dict, run_id: str, tracking: TrackingConfig, out: str
     """The recorded config with the local side's output folder, cache, tracking store and model
     folder; refuses a recorded LM endpoint unless `trust_record`."""
     results = recorded["results"]
-    config = HyperProveConfig.from_dict(results["config"], source=f"run {run_id}")
+    config = HyperProveConfig.from_record(results["config"], source=f"run {run_id}")
     local = HyperProveConfig()
     if not trust_record:
         named = endpoint(config)

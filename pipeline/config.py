@@ -73,6 +73,10 @@ class ProgramConfig:
     question_channel: bool = False  # the ranking for the whole question is interleaved first with the hops' rankings
     reader_evidence: str = "facts"  # one of READER_EVIDENCE
 
+    # What a recorded config without these fields ran with (records made before they existed), so
+    # that reproducing an old run reruns the old program whatever today's defaults are.
+    RECORDED_WITHOUT = {"entity_retries": 0, "grounded_hops": False, "question_channel": False, "reader_evidence": "facts"}
+
     def __post_init__(self) -> None:
         check_types(self, "program")
         if self.max_hops < 1:
@@ -284,6 +288,17 @@ class HyperProveConfig:
         if not isinstance(cache_dir, str):
             raise HyperProveError(f"{source}: cache_dir={cache_dir!r} must be a string")
         return cls(**sections, cache_dir=cache_dir)
+
+    @classmethod
+    def from_record(cls, values: dict, source: str = "record") -> "HyperProveConfig":
+        """The config a run recorded: a field the record lacks (added since) takes the value the run
+        went without it (`RECORDED_WITHOUT`), not today's default."""
+        values = dict(values)
+        for name, section in _SECTIONS.items():
+            before = getattr(section, "RECORDED_WITHOUT", {})
+            if before and isinstance(values.get(name, {}), dict):
+                values[name] = {**before, **values.get(name, {})}
+        return cls.from_dict(values, source)
 
     @classmethod
     def from_file(cls, path: str | Path) -> "HyperProveConfig":

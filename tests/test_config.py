@@ -5,7 +5,7 @@ import json
 import pytest
 
 from modules.errors import HyperProveError
-from pipeline.config import HyperProveConfig
+from pipeline.config import HyperProveConfig, ProgramConfig
 
 
 def test_round_trip_and_overrides(tmp_path):
@@ -62,3 +62,15 @@ def test_every_shipped_experiment_config_loads_and_names_its_own_results_folder(
 def test_a_comma_list_of_retrievers_from_the_command_line():
     config = HyperProveConfig().with_overrides(evaluation={"retrievers": "dense, ppr", "read": None})
     assert config.evaluation.retrievers == ["dense", "ppr"] and config.evaluation.read is True
+
+
+def test_a_record_without_the_program_options_reruns_the_program_it_ran():
+    # a run recorded before the answer-path options existed ran with none of them
+    old = {"program": {"max_hops": 4, "carry": "supporting", "compiled": None}}
+    program = HyperProveConfig.from_record(old).program
+    assert (program.entity_retries, program.grounded_hops, program.question_channel, program.reader_evidence) == (0, False, False, "facts")
+    # what a record holds wins, and a plain config file still takes today's defaults
+    newer = {"program": {"reader_evidence": "passages", "question_channel": True}}
+    program = HyperProveConfig.from_record(newer).program
+    assert (program.reader_evidence, program.question_channel, program.grounded_hops) == ("passages", True, False)
+    assert HyperProveConfig.from_dict({}).program == ProgramConfig()
