@@ -209,6 +209,7 @@ def answer_path(program: dict, system: str) -> str:
     words += ["question channel"] if settings["question_channel"] else []
     words += [f"entity retries {settings['entity_retries']}"] if settings["entity_retries"] else []
     words += ["grounded hops"] if settings["grounded_hops"] else []
+    words += ["comparison demos"] if settings["comparison_demos"] else []
     words += [f"compiled `{settings['compiled']}`"] if settings["compiled"] else []
     return "; ".join(words)
 
@@ -218,7 +219,8 @@ def render_choices(runs: Sequence[dict]) -> list[str]:
     through the same reader), each against the first run's program question by question."""
     lines = ["## The program's answer path, chosen on train", "",
              "Each train run below scores one setting of the program's options on a dataset's train questions; `hyperprove-passages` "
-             "rows are the same program's top 5 passages read alone. F1 differences are against the first row, question by question. "
+             "rows are the same program's top 5 passages read alone (the path's LM calls are the program's: all its steps but the final "
+             "answer, then the reader). F1 differences are against the first row, question by question (paired bootstrap 95% interval). "
              f"The defaults in `ProgramConfig` now: {answer_path({}, 'hyperprove')}.", ""]
     datasets: dict[str, list[dict]] = {}
     for run in runs:
@@ -238,6 +240,8 @@ def render_choices(runs: Sequence[dict]) -> list[str]:
                 difference = paired_difference(rows, base_rows, "f1")
                 low, high = difference["interval95"]
                 against = f"{difference['mean']:+.2f} [{low:+.2f}, {high:+.2f}] {difference['verdict']}"
+            if system == "hyperprove-passages":  # the path runs the program (all but its final answer), then the reader
+                summary = {**summary, "lm_calls_per_question": run["systems"]["hyperprove"].get("lm_calls_per_question")}
             cells = [f"{summary[key]:.2f}" if summary.get(key) is not None else "–" for key in ("em", "f1", "recall@5", "lm_calls_per_question")]
             lines.append(f"| {answer_path(run.get('config', {}).get('program', {}), system)} | `{run['name']}` ({system}) | "
                          f"{summary.get('n', '?')} | " + " | ".join(cells) + f" | {against} |")

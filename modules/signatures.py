@@ -31,12 +31,17 @@ class ExtractFacts(dspy.Signature):
 
 class Decompose(dspy.Signature):
     """Break the question into the ordered sub-questions that answer it one hop at a time. A later
-    sub-question refers to the answer of sub-question k as #k. Every sub-question keeps the names
-    the question gives. A comparison gets one sub-question per compared thing. A one-hop
-    question stays whole."""
+    sub-question refers to the answer of sub-question k as #k. A one-hop question stays whole."""
 
     question: str = dspy.InputField()
     sub_questions: list[str] = dspy.OutputField(desc="ordered sub-questions; the last one asks for the final answer")
+
+
+class DecomposeComparisons(Decompose):
+    """Break the question into the ordered sub-questions that answer it one hop at a time. A later
+    sub-question refers to the answer of sub-question k as #k. Every sub-question keeps the names
+    the question gives. A comparison gets one sub-question per compared thing. A one-hop
+    question stays whole."""
 
 
 class RewriteBridge(dspy.Signature):

@@ -17,7 +17,7 @@ import dspy
 from modules.errors import HyperProveError
 from modules.facts import ScoredFact
 from modules.references import REFERENCE, references
-from modules.signatures import AnswerHop, Decompose, ExtractedFact, ExtractFacts, GenerateAnswer, RewriteBridge
+from modules.signatures import AnswerHop, Decompose, DecomposeComparisons, ExtractedFact, ExtractFacts, GenerateAnswer, RewriteBridge
 
 
 class MalformedOutput(HyperProveError):
@@ -68,7 +68,9 @@ DECOMPOSE_DEMOS = [
         question="Where was the wife of the person that the Spielberg Prize is named after born?",
         sub_questions=["Who is the Spielberg Prize named after?", "Who is the wife of #1?", "Where was #2 born?"],
     ).with_inputs("question"),
-    # comparisons: one sub-question per compared thing, each naming it; the final reader compares
+]
+# comparisons: one sub-question per compared thing, each naming it; the final reader compares
+COMPARISON_DEMOS = [
     dspy.Example(
         question="Which film came out first, Jaws or Close Encounters of the Third Kind?",
         sub_questions=["When did Jaws come out?", "When did Close Encounters of the Third Kind come out?"],
@@ -280,14 +282,20 @@ class FactExtractor(dspy.Module):
 class Decomposer(dspy.Module):
     """Step 4: question -> ordered sub-questions with "#k" references to earlier answers.
 
+    With `comparisons`, two more demonstrations show comparisons (one sub-question per compared
+    thing) and the instructions ask to keep the question's names (`DecomposeComparisons`).
+
     With `entity_retries`, a decomposition that drops or invents a named word of the question
     (`entity_problems`) is asked for again, warmer and past the cache, up to that many times; the
     first clean one wins, else the one with the fewest problems (the first among equals).
     """
 
-    def __init__(self):
+    def __init__(self, comparisons: bool = False):
         super().__init__()
-        self.decompose = _predictor(Decompose, DECOMPOSE_DEMOS)
+        if comparisons:
+            self.decompose = _predictor(DecomposeComparisons, DECOMPOSE_DEMOS + COMPARISON_DEMOS)
+        else:
+            self.decompose = _predictor(Decompose, DECOMPOSE_DEMOS)
 
     def forward(self, question: str, max_hops: int = 4, entity_retries: int = 0) -> dspy.Prediction:
         tried: list[tuple[int, int, list[str], list[str]]] = []

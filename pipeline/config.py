@@ -72,10 +72,12 @@ class ProgramConfig:
     grounded_hops: bool = False  # a hop answer its evidence facts do not contain is asked again, then replaced by a named span of them
     question_channel: bool = False  # the ranking for the whole question is interleaved first with the hops' rankings
     reader_evidence: str = "facts"  # one of READER_EVIDENCE
+    comparison_demos: bool = False  # Decompose also shows two comparisons and is asked to keep the question's names
 
     # What a recorded config without these fields ran with (records made before they existed), so
     # that reproducing an old run reruns the old program whatever today's defaults are.
-    RECORDED_WITHOUT = {"entity_retries": 0, "grounded_hops": False, "question_channel": False, "reader_evidence": "facts"}
+    RECORDED_WITHOUT = {"entity_retries": 0, "grounded_hops": False, "question_channel": False, "reader_evidence": "facts",
+                        "comparison_demos": False}
 
     def __post_init__(self) -> None:
         check_types(self, "program")

@@ -47,7 +47,7 @@ class HyperProve(dspy.Module):
         """`retriever=None` gives the LM steps alone: enough to compile, save and load them."""
         super().__init__()
         self.config = config or ProgramConfig()
-        self.decompose = Decomposer()
+        self.decompose = Decomposer(comparisons=self.config.comparison_demos)
         self.rewrite = BridgeRewriter()
         self.answer_hop = HopAnswerer()
         self.generate = AnswerGenerator()

@@ -204,3 +204,8 @@ def test_checked_decomposition_and_grounded_hops_show_in_the_fallbacks(retriever
     assert hop["answer"] == supported_span(hop["query"], cited) and hop["supporting"] == [hop["facts"][0]["id"]]
     assert prediction.fallbacks[:2] == ["decompose: kept one that drops 'jaws' after 2 tries",
                                         f"answer 1: 'George Lucas' is not in its facts; their span {hop['answer']!r} replaces it"]
+
+
+def test_comparison_demos_reach_the_program_decomposer(retriever):
+    assert len(HyperProve(retriever).decompose.decompose.demos) == 2
+    assert len(HyperProve(retriever, ProgramConfig(comparison_demos=True)).decompose.decompose.demos) == 4

@@ -159,7 +159,7 @@ def test_train_runs_become_one_table_of_answer_paths_per_dataset(tmp_path):
         "| reader: facts | `musique-train-facts` (hyperprove) | 2 | 50.00 | 50.00 | 75.00 | 5.00 | – |",
         "| reader: passages; question channel | `musique-train-passages-qc` (hyperprove) | 2 | 100.00 | 100.00 | 75.00 | 5.00 | "
         "+50.00 [+0.00, +100.00] within noise |",
-        "| reader: passages-only; question channel | `musique-train-passages-qc` (hyperprove-passages) | 2 | 50.00 | 50.00 | 75.00 | 1.00 | "
+        "| reader: passages-only; question channel | `musique-train-passages-qc` (hyperprove-passages) | 2 | 50.00 | 50.00 | 75.00 | 5.00 | "
         "+0.00 [-100.00, +100.00] within noise |",
     ]
     assert table[6] == ("Commands: `hyperprove evaluate --config experiments/configs/musique-train-facts.json` (commit 0123456789); "

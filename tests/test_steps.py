@@ -172,7 +172,7 @@ def test_answer_generator_rejects_an_empty_answer():
         AnswerGenerator()(question="q", evidence=[])
 
 
-@pytest.mark.parametrize("module, demos", [(FactExtractor, 2), (Decomposer, 4), (BridgeRewriter, 2), (HopAnswerer, 2), (AnswerGenerator, 2)])
+@pytest.mark.parametrize("module, demos", [(FactExtractor, 2), (Decomposer, 2), (BridgeRewriter, 2), (HopAnswerer, 2), (AnswerGenerator, 2)])
 def test_every_step_ships_demonstrations(module, demos):
     [(name, predictor)] = module().named_predictors()
     assert len(predictor.demos) == demos
@@ -191,6 +191,15 @@ def test_the_extraction_budget_follows_the_passage_length():
 
 
 def test_the_built_in_decompositions_pass_the_entity_check():
-    from modules.steps import DECOMPOSE_DEMOS
+    from modules.steps import COMPARISON_DEMOS, DECOMPOSE_DEMOS
 
-    assert [entity_problems(demo.question, demo.sub_questions) for demo in DECOMPOSE_DEMOS] == [[]] * len(DECOMPOSE_DEMOS)
+    demos = DECOMPOSE_DEMOS + COMPARISON_DEMOS
+    assert [entity_problems(demo.question, demo.sub_questions) for demo in demos] == [[]] * len(demos)
+
+
+def test_comparison_demos_add_two_demonstrations_and_the_instruction_to_keep_names():
+    plain, comparisons = Decomposer().decompose, Decomposer(comparisons=True).decompose
+    assert len(comparisons.demos) == 4 and comparisons.demos[:2] == plain.demos
+    assert comparisons.demos[2].sub_questions == ["When did Jaws come out?", "When did Close Encounters of the Third Kind come out?"]
+    assert "keeps the names" in comparisons.signature.instructions and "keeps the names" not in plain.signature.instructions
+    assert list(comparisons.signature.fields) == list(plain.signature.fields)
