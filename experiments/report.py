@@ -201,9 +201,13 @@ def is_choice(run: dict) -> bool:
     return "-train-" in run.get("name", "")
 
 
-def answer_path(program: dict, system: str) -> str:
+def recorded_program(run: dict) -> dict:
+    """The program settings a run ran with (a field its record lacks: what runs went without it)."""
+    return {**asdict(ProgramConfig()), **ProgramConfig.RECORDED_WITHOUT, **run.get("config", {}).get("program", {})}
+
+
+def answer_path(settings: dict, system: str) -> str:
     """The program options that make an answer path, in words ("reader: passages; question channel")."""
-    settings = {**asdict(ProgramConfig()), **program}
     reader = "passages-only" if system == "hyperprove-passages" else settings["reader_evidence"]
     words = [f"reader: {reader}"]
     words += ["question channel"] if settings["question_channel"] else []
@@ -221,7 +225,7 @@ def render_choices(runs: Sequence[dict]) -> list[str]:
              "Each train run below scores one setting of the program's options on a dataset's train questions; `hyperprove-passages` "
              "rows are the same program's top 5 passages read alone (the path's LM calls are the program's: all its steps but the final "
              "answer, then the reader). F1 differences are against the first row, question by question (paired bootstrap 95% interval). "
-             f"The defaults in `ProgramConfig` now: {answer_path({}, 'hyperprove')}.", ""]
+             f"The defaults in `ProgramConfig` now: {answer_path(asdict(ProgramConfig()), 'hyperprove')}.", ""]
     datasets: dict[str, list[dict]] = {}
     for run in runs:
         datasets.setdefault(run["name"].split("-train-")[0], []).append(run)
@@ -243,7 +247,7 @@ def render_choices(runs: Sequence[dict]) -> list[str]:
             if system == "hyperprove-passages":  # the path runs the program (all but its final answer), then the reader
                 summary = {**summary, "lm_calls_per_question": run["systems"]["hyperprove"].get("lm_calls_per_question")}
             cells = [f"{summary[key]:.2f}" if summary.get(key) is not None else "–" for key in ("em", "f1", "recall@5", "lm_calls_per_question")]
-            lines.append(f"| {answer_path(run.get('config', {}).get('program', {}), system)} | `{run['name']}` ({system}) | "
+            lines.append(f"| {answer_path(recorded_program(run), system)} | `{run['name']}` ({system}) | "
                          f"{summary.get('n', '?')} | " + " | ".join(cells) + f" | {against} |")
         lines += ["", "Commands: " + "; ".join(
             f"`hyperprove evaluate --config experiments/configs/{run['name']}.json`" + (f" (commit {run['git_commit'][:10]})" if run.get("git_commit") else "")

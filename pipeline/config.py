@@ -68,11 +68,12 @@ class ProgramConfig:
     max_hops: int = 4  # longer decompositions count as failed
     carry: str = "supporting"  # "supporting" (the hop reader's cited facts) or "top_k"
     compiled: str | None = None  # compiled program JSON (`hyperprove compile`); None: the built-in demonstrations
-    entity_retries: int = 0  # asks again when a decomposition drops or invents a named word of the question; 0: no check
-    grounded_hops: bool = False  # a hop answer its evidence facts do not contain is asked again, then replaced by a named span of them
-    question_channel: bool = False  # the ranking for the whole question is interleaved first with the hops' rankings
+    # The answer path; the defaults were chosen on MuSiQue and HotpotQA train (README, "The answer path").
+    entity_retries: int = 2  # asks again when a decomposition drops or invents a named word of the question; 0: no check
+    grounded_hops: bool = True  # a hop answer its evidence facts do not contain is asked again, then replaced by a named span of them
+    question_channel: bool = True  # the ranking for the whole question is interleaved first with the hops' rankings
     reader_evidence: str = "facts"  # one of READER_EVIDENCE
-    comparison_demos: bool = False  # Decompose also shows two comparisons and is asked to keep the question's names
+    comparison_demos: bool = True  # Decompose also shows two comparisons and is asked to keep the question's names
 
     # What a recorded config without these fields ran with (records made before they existed), so
     # that reproducing an old run reruns the old program whatever today's defaults are.

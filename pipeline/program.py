@@ -10,7 +10,7 @@ What the program decides where METHOD.md is silent:
   hop on the original question; an unusable rewrite becomes plain "#k" substitution; an
   unusable hop answer becomes the hop's best fact, so the next hop still has a bridge; an
   unusable final answer becomes the last hop's answer. Each fallback is recorded in the output.
-- Checks a small model needs (`ProgramConfig`, off unless chosen): a decomposition that drops
+- Checks a small model needs (`ProgramConfig`; on by default, chosen on train): a decomposition that drops
   or invents a name of the question is asked for again (`entity_retries`); a hop answer its
   facts do not contain is asked for again, then replaced by a named span of them (`grounded_hops`).
 - Passages for Recall@k: each hop's ranked passages, interleaved rank by rank; with

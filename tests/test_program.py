@@ -163,7 +163,7 @@ def final_prompt(retriever, **config) -> tuple[dspy.Prediction, str]:
 def test_the_final_reader_sees_what_reader_evidence_names(retriever):
     chain_line = "Who directed Jaws? -> Steven Spielberg"
     whole_passage = "(Leah Adler) Leah Adler was an American restaurateur. Leah Adler died in 2017."
-    prediction, facts_prompt = final_prompt(retriever)
+    prediction, facts_prompt = final_prompt(retriever, reader_evidence="facts")
     assert chain_line in facts_prompt and "(Leah Adler) Leah Adler died in 2017." in facts_prompt and whole_passage not in facts_prompt
     prediction, passages_prompt = final_prompt(retriever, reader_evidence="passages")
     assert chain_line in passages_prompt and whole_passage in passages_prompt
@@ -178,7 +178,7 @@ def test_the_final_reader_sees_what_reader_evidence_names(retriever):
 def test_the_question_channel_leads_the_interleaved_passages(retriever):
     from modules.retriever import interleave_passages
 
-    plain, _ = run(retriever, script())
+    plain, _ = run(retriever, script(), question_channel=False)
     channel, calls = run(retriever, script(), question_channel=True)
     assert calls == 7  # no LM call more: the question's ranking is retrieval only
     hops = [retriever(hop["query"], frontier=hop["frontier_in"]).passages for hop in channel.chain]
@@ -207,5 +207,5 @@ def test_checked_decomposition_and_grounded_hops_show_in_the_fallbacks(retriever
 
 
 def test_comparison_demos_reach_the_program_decomposer(retriever):
-    assert len(HyperProve(retriever).decompose.decompose.demos) == 2
-    assert len(HyperProve(retriever, ProgramConfig(comparison_demos=True)).decompose.decompose.demos) == 4
+    assert len(HyperProve(retriever).decompose.decompose.demos) == 4  # on by default
+    assert len(HyperProve(retriever, ProgramConfig(comparison_demos=False)).decompose.decompose.demos) == 2
