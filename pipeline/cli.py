@@ -48,7 +48,7 @@ def build_config(args: argparse.Namespace) -> HyperProveConfig:
         lm={"model": flag("lm_model"), "threads": flag("lm_threads")},
         program={"max_hops": flag("max_hops"), "compiled": flag("program"), "entity_retries": flag("entity_retries"),
                  "grounded_hops": flag("grounded_hops"), "question_channel": flag("question_channel"),
-                 "reader_evidence": flag("reader_evidence")},
+                 "reader_evidence": flag("reader_evidence"), "comparison_demos": flag("comparison_demos")},
         evaluation={k: flag(k) for k in EVALUATION_FLAGS} if args.command in ("evaluate", "sweep") else {},
         sweep={k: flag(k) for k in SWEEP_FLAGS} if args.command == "sweep" else {},
         compile={k: flag(k) for k in COMPILE_FLAGS} if args.command == "compile" else {},
@@ -126,6 +126,8 @@ def _add_program_flags(parser: argparse.ArgumentParser) -> None:
                         help="a hop answer its facts do not contain is asked again, then replaced by a named span of the facts")
     parser.add_argument("--question-channel", action=argparse.BooleanOptionalAction,
                         help="interleave the ranking for the whole question first with the hops' rankings")
+    parser.add_argument("--comparison-demos", action=argparse.BooleanOptionalAction,
+                        help="Decompose also shows two comparisons and is asked to keep the question's names")
     parser.add_argument("--reader-evidence", choices=list(READER_EVIDENCE),
                         help="what the final reader sees: " + "; ".join(f"{k}: {v}" for k, v in READER_EVIDENCE.items()))
 

@@ -395,10 +395,12 @@ def test_answer_path_flags_reach_the_program_config():
     from pipeline.cli import build_config, build_parser
 
     off = build_config(build_parser().parse_args(["ask", "idx", "q", "--reader-evidence", "passages-only", "--no-question-channel",
-                                                   "--entity-retries", "0", "--no-grounded-hops"])).program
+                                                   "--entity-retries", "0", "--no-grounded-hops", "--no-comparison-demos"])).program
     assert (off.reader_evidence, off.question_channel, off.entity_retries, off.grounded_hops) == ("passages-only", False, 0, False)
+    assert off.comparison_demos is False
     shipped = Path(__file__).resolve().parents[1] / "experiments" / "configs" / "musique-train-facts.json"
     on = build_config(build_parser().parse_args(["evaluate", "--config", str(shipped), "--question-channel", "--grounded-hops"])).program
     assert (on.reader_evidence, on.question_channel, on.entity_retries, on.grounded_hops) == ("facts", True, 0, True)
     defaults = build_config(build_parser().parse_args(["ask", "idx", "q"])).program
     assert (defaults.reader_evidence, defaults.question_channel, defaults.entity_retries, defaults.grounded_hops) == ("facts", True, 2, True)
+    assert defaults.comparison_demos is True
