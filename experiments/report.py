@@ -15,6 +15,7 @@ parameters, scored on the sweep's questions and on its held-out set, with their 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 from dataclasses import asdict
@@ -29,7 +30,7 @@ from experiments.harness import SYSTEMS, results_table  # noqa: E402
 from experiments.stats import describe_difference, paired_difference  # noqa: E402
 from modules.config import TUNABLES  # noqa: E402
 from modules.errors import HyperProveError  # noqa: E402
-from pipeline.config import ProgramConfig  # noqa: E402
+from pipeline.config import HyperProveConfig, ProgramConfig  # noqa: E402
 from pipeline.files import atomic_write_bytes, read_json  # noqa: E402
 
 DATASET_ORDER = ("musique", "2wiki", "hotpotqa")
@@ -81,9 +82,8 @@ def verdict(run: dict) -> list[str]:
             gap = systems[name][metric] - peers[best]
             relative = f" ({100 * gap / peers[best]:+.1f}% relative)" if peers[best] else ""
             sentence = f"{label}: {name} {systems[name][metric]:.2f} against the best peer, {best} {peers[best]:.2f}: {gap:+.2f}{relative}"
-            ours_rows, peer_rows = system_rows(run, name), system_rows(run, best)
-            if ours_rows and peer_rows and [r["id"] for r in ours_rows] == [r["id"] for r in peer_rows]:
-                difference = paired_difference(ours_rows, peer_rows, metric)
+            difference = paired(run, name, run, best, metric)
+            if difference:
                 low, high = difference["interval95"]
                 position = {"better": "ahead", "worse": "behind"}.get(difference["verdict"], "not told apart")
                 sentence += (f"; paired bootstrap 95% interval {low:+.2f} to {high:+.2f} (up on {difference['up']} questions, "
@@ -159,8 +159,23 @@ def program_of(run: dict) -> str | None:
 def system_rows(run: dict, system: str = "hyperprove") -> list[dict] | None:
     """A system's per-question rows of a run (its predictions.json), in question-id order."""
     path = Path(run.get("results_dir", "")) / "predictions.json"
-    rows = read_json(path, "predictions").get(system) if run.get("results_dir") and path.is_file() else None
+    rows = predictions(str(path)).get(system) if run.get("results_dir") and path.is_file() else None
     return sorted(rows, key=lambda row: row["id"]) if rows else None
+
+
+@functools.lru_cache(maxsize=None)
+def predictions(path: str) -> dict:
+    """A run's predictions.json, read once however many comparisons the report draws from it."""
+    return read_json(Path(path), "predictions")
+
+
+def paired(run: dict, system: str, other_run: dict, other_system: str, metric: str) -> dict | None:
+    """`system` in `run` minus `other_system` in `other_run` on `metric`, question by question
+    (`paired_difference`); None unless both have predictions, on the same questions, with the metric."""
+    rows, others = system_rows(run, system), system_rows(other_run, other_system)
+    if not rows or not others or [r["id"] for r in rows] != [r["id"] for r in others] or metric not in rows[0]:
+        return None
+    return paired_difference(rows, others, metric)
 
 
 def compiled_program(run: dict, runs: Sequence[dict] = ()) -> list[str]:
@@ -177,10 +192,10 @@ def compiled_program(run: dict, runs: Sequence[dict] = ()) -> list[str]:
             deltas = [f"{label} {ours[key] - theirs[key]:+.2f}" for key, label in metrics if key in ours and key in theirs]
             if deltas:
                 lines += [f"Against `{base['name']}` (the same setting, built-in demonstrations), hyperprove: {', '.join(deltas)}.", ""]
-            ours_rows, base_rows = system_rows(run), system_rows(base)
-            if ours_rows and base_rows and [r["id"] for r in ours_rows] == [r["id"] for r in base_rows]:
-                paired = [describe_difference(paired_difference(ours_rows, base_rows, key)) for key in ("recall@5", "f1") if key in ours_rows[0]]
-                lines += ["Question by question: " + "; ".join(paired) + ".", ""]
+            differences = [paired(run, "hyperprove", base, "hyperprove", key) for key in ("recall@5", "f1")]
+            described = [describe_difference(difference) for difference in differences if difference]
+            if described:
+                lines += ["Question by question: " + "; ".join(described) + ".", ""]
             break
     path = ROOT / Path(compiled).with_suffix(".record.json")
     if not path.is_file():
@@ -203,7 +218,7 @@ def is_choice(run: dict) -> bool:
 
 def recorded_program(run: dict) -> dict:
     """The program settings a run ran with (a field its record lacks: what runs went without it)."""
-    return {**asdict(ProgramConfig()), **ProgramConfig.RECORDED_WITHOUT, **run.get("config", {}).get("program", {})}
+    return asdict(HyperProveConfig.from_record(run.get("config", {}), source=f"{run.get('results_dir', run['name'])}/results.json").program)
 
 
 def answer_path(settings: dict, system: str) -> str:
@@ -233,15 +248,13 @@ def render_choices(runs: Sequence[dict]) -> list[str]:
         group = sorted(group, key=lambda run: (not run["name"].endswith("-train-facts"), run.get("finished", "")))
         paths = [(run, system) for run in group for system in ("hyperprove", "hyperprove-passages") if system in run["systems"]]
         base_run, base_system = paths[0]
-        base_rows = system_rows(base_run, base_system)
         lines += [f"### {dataset} train", "", "| answer path | run | n | EM | F1 | R@5 | LM calls/q | F1 against the first row |",
                   "|---|---|---:|---:|---:|---:|---:|---|"]
         for run, system in paths:
             summary = run["systems"][system]
-            rows = system_rows(run, system)
+            difference = paired(run, system, base_run, base_system, "f1") if (run, system) != (base_run, base_system) else None
             against = "–"
-            if (run, system) != (base_run, base_system) and rows and base_rows and [r["id"] for r in rows] == [r["id"] for r in base_rows]:
-                difference = paired_difference(rows, base_rows, "f1")
+            if difference:
                 low, high = difference["interval95"]
                 against = f"{difference['mean']:+.2f} [{low:+.2f}, {high:+.2f}] {difference['verdict']}"
             if system == "hyperprove-passages":  # the path runs the program (all but its final answer), then the reader

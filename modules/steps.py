@@ -137,6 +137,12 @@ def _predictor(signature, demos: list[dspy.Example]) -> dspy.Predict:
     return predictor
 
 
+def past_cache(attempt: int, temperature: float) -> dict:
+    """LM call settings for asking again: attempt k > 0 is its own cache entry (`rollout_id`),
+    sampled warmer; attempt 0 is the plain, cached call."""
+    return {"rollout_id": attempt, "temperature": temperature} if attempt else {}
+
+
 def _short(text: object) -> str:
     return " ".join(str(text or "").split()).strip()
 
@@ -179,6 +185,10 @@ _WORD = re.compile(r"\w+")
 _JOINERS = frozenset("of de del della da das do dos du di von van der den la le les el y and the".split())
 
 
+def lower_words(text: str) -> set[str]:
+    return {w.lower() for w in _WORD.findall(text)}
+
+
 def named_words(text: str, skip_first: bool = False) -> set[str]:
     """The words that name something (lower-cased): capitalised ones other than question and
     function words and single letters, and numbers. "#k" references are not names. With
@@ -194,8 +204,8 @@ def entity_problems(question: str, sub_questions: Sequence[str]) -> list[str]:
     question no sub-question has ("drops 'jaws'"), or a named word no part of the question has
     ("invents '1975'"). A 1.5B decomposer does both, and a chain that starts from the wrong
     entity cannot recover. Words in brackets ("Inherent Vice (Film)") may be left out."""
-    asked = {w.lower() for w in _WORD.findall(question)}
-    written = {w.lower() for q in sub_questions for w in _WORD.findall(REFERENCE.sub(" ", q))}
+    asked = lower_words(question)
+    written = set().union(*(lower_words(REFERENCE.sub(" ", q)) for q in sub_questions))
     dropped = sorted(named_words(re.sub(r"\([^()]*\)", " ", question), skip_first=True) - written)
     invented = sorted(set().union(*(named_words(q, skip_first=True) for q in sub_questions)) - asked)
     return [f"drops {w!r}" for w in dropped] + [f"invents {w!r}" for w in invented]
@@ -232,7 +242,7 @@ def named_spans(text: str) -> list[str]:
 def supported_span(query: str, facts: Sequence[ScoredFact]) -> str | None:
     """The first named span of the facts, in their order, that the query does not already name:
     the answer a hop's evidence best supports when the reader's answer is not in it."""
-    asked = {w.lower() for w in _WORD.findall(query)}
+    asked = lower_words(query)
     for fact in facts:
         for span in named_spans(fact.text):
             if named_words(span) - asked:
@@ -265,9 +275,7 @@ class FactExtractor(dspy.Module):
 
     def forward(self, title: str, passage: str, attempt: int = 0) -> dspy.Prediction:
         """attempt > 0 asks again past the cache, a little warmer, after a malformed answer."""
-        config = {"max_tokens": extraction_budget(title, passage)}
-        if attempt:
-            config.update(rollout_id=attempt, temperature=0.3)
+        config = {"max_tokens": extraction_budget(title, passage), **past_cache(attempt, temperature=0.3)}
         output = self.extract(title=title, passage=passage, config=config)
         source = _content_words(f"{title} {passage}")
         entities = [e for e in (_short(e) for e in output.entities or []) if _supported(e, source)]
@@ -301,7 +309,7 @@ class Decomposer(dspy.Module):
         tried: list[tuple[int, int, list[str], list[str]]] = []
         failure: Exception | None = None
         for attempt in range(entity_retries + 1):
-            config = {"rollout_id": attempt, "temperature": 0.7} if attempt else {}
+            config = past_cache(attempt, temperature=0.7)
             try:
                 sub_questions = self.sub_questions(question, max_hops, config)
             except (MalformedOutput, ValueError) as error:  # a retry may still give a usable one
@@ -383,7 +391,7 @@ class HopAnswerer(dspy.Module):
     def forward(self, question: str, facts: Sequence[ScoredFact], grounded: bool = False) -> dspy.Prediction:
         evidence = numbered_evidence(facts)
         for attempt in range(2 if grounded else 1):
-            config = {"rollout_id": attempt, "temperature": 0.7} if attempt else {}
+            config = past_cache(attempt, temperature=0.7)
             output = self.answer(question=question, evidence=evidence, config=config)
             answer = _short(output.answer)
             if not answer:
