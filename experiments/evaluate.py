@@ -9,6 +9,8 @@ previous results or the new ones, never a mix, and a reused folder keeps no file
 
 from __future__ import annotations
 
+import json
+import shutil
 import time
 from pathlib import Path
 from typing import Callable
@@ -49,8 +51,9 @@ def run_evaluation(config: HyperProveConfig, runtime=None, tags: dict | None = N
     `track` the finished result files before they are moved into place (`optimize.tracking`
     logs them to MLflow). Returns {"retrievers": {system: summary}, "out": folder, "mlflow_run": id or None}."""
     from experiments.data import load_questions
-    from experiments.harness import PASSAGE_LEVEL, Workbench, evaluate_systems, parse_systems
+    from experiments.harness import PASSAGE_LEVEL, Workbench, evaluate_systems, parse_systems, write_results
     from pipeline.corpus import load_corpus
+    from pipeline.files import atomic_directory
     from pipeline.index import cached_index, load_index, read_manifest
     from pipeline.program import load_compiled, program_for
     from pipeline.provenance import git_state
@@ -96,29 +99,83 @@ def run_evaluation(config: HyperProveConfig, runtime=None, tags: dict | None = N
         check_index(index_manifest)
     embedder.load()
     embedder.encode_query("warm-up")  # the first call pays one-off set-up costs, not a system
-    results = evaluate_systems(names, questions, bench, run.decomposition, run.read, session.calls if session else (lambda: 0))
-    lm_tags = {"hyperprove.lm": session.id} if session else {}
-    return record_evaluation(config, results, out, len(questions), session.id if session else None, index_manifest,
-                             {**source, **lm_tags, **(tags or {})}, log, track)
+    lm_id = session.id if session else None
+    header = results_header(config, len(questions), lm_id, source)
+    partial = partial_folder(out)
+    check_results_folder(partial)
+    finished, earlier = load_finished(partial, header, names)
+    if finished:
+        log(f"resuming: {', '.join(finished)} finished earlier, kept in {partial}/")
+        header["resumed"] = {"systems": list(finished), **{key: earlier[key] for key in ("git_commit", "git_dirty") if key in earlier}}
+
+    def keep(results: dict) -> None:
+        with atomic_directory(partial) as scratch:
+            write_results(scratch, {**header, "complete": False}, results)
+
+    results = evaluate_systems(names, questions, bench, run.decomposition, run.read, session.calls if session else (lambda: 0),
+                               finished=finished, on_result=keep)
+    lm_tags = {"hyperprove.lm": lm_id} if session else {}
+    outcome = record_evaluation(config, results, out, header, index_manifest, {**source, **lm_tags, **(tags or {})}, log, track)
+    shutil.rmtree(partial, ignore_errors=True)
+    return outcome
 
 
-def record_evaluation(config: HyperProveConfig, results: dict, out: Path, n_questions: int, lm_id: str | None,
-                      index_manifest: dict | None, tags: dict, log: Callable[[str], None] = print, track: Track | None = None) -> dict:
-    """Write the results folder (atomically, as a whole) and print the table; `track` sees the
-    files first. `tags` carry the git state taken when the run started."""
-    from experiments.harness import results_table, write_results
-    from pipeline.files import atomic_directory, atomic_write_bytes, atomic_write_json, read_json, sha256_file
+def partial_folder(out: Path) -> Path:
+    """Where a run keeps the systems it has finished until it completes: beside `out`, in the same
+    format, so an interrupted run (even one moved to another machine) resumes system by system."""
+    return out.with_name(f"{out.name}.partial")
+
+
+def resumable(header: dict) -> dict:
+    """What an interrupted run and its resumption must share: everything but the time, the code
+    version and the list of systems."""
+    config = json.loads(json.dumps(header["config"]))
+    config["evaluation"].pop("retrievers", None)
+    kept = {key: value for key, value in header.items() if key not in ("finished", "git_commit", "git_dirty", "systems", "complete", "resumed")}
+    return {**kept, "config": config}
+
+
+def load_finished(partial: Path, header: dict, names: list[str]) -> tuple[dict, dict]:
+    """The finished systems of an interrupted run of this same evaluation, and that run's header
+    (both empty when there is none)."""
+    from experiments.harness import SystemResult
+    from pipeline.files import read_json
+
+    if not (partial / "results.json").is_file():
+        return {}, {}
+    earlier = read_json(partial / "results.json", "interrupted results")
+    if not isinstance(earlier, dict) or "config" not in earlier or resumable(earlier) != resumable(header):
+        raise HyperProveError(f"{partial}: holds an interrupted run of another evaluation (config, data or LM differ); "
+                              "remove it to start afresh, or choose another --out")
+    predictions = read_json(partial / "predictions.json", "interrupted predictions")
+    finished = {name: SystemResult(name, summary, predictions[name]) for name, summary in earlier["systems"].items() if name in names}
+    return finished, earlier
+
+
+def results_header(config: HyperProveConfig, n_questions: int, lm_id: str | None, tags: dict) -> dict:
+    """What a results folder says about its run: data (with checksums), settings, LM, code version."""
+    from pipeline.files import sha256_file
 
     run = config.evaluation
     compiled = config.program.compiled
-    header = {
+    return {
         "name": run_name(config), "description": run.description, "questions": run.questions, "corpus": run.corpus,
         "data_sha256": {"questions": sha256_file(run.questions), "corpus": sha256_file(run.corpus)},
         "n_questions": n_questions, "decomposition": run.decomposition, "read": run.read, "lm": lm_id,
         "program_sha256": sha256_file(compiled) if compiled else None,
-        "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         **{key: tags[key] for key in ("git_commit", "git_dirty") if key in tags}, "config": config.to_dict(),
     }
+
+
+def record_evaluation(config: HyperProveConfig, results: dict, out: Path, header: dict, index_manifest: dict | None,
+                      tags: dict, log: Callable[[str], None] = print, track: Track | None = None) -> dict:
+    """Write the results folder (atomically, as a whole) and print the table; `track` sees the
+    files first. `header` (from `results_header`) carries the git state taken when the run started."""
+    from experiments.harness import results_table, write_results
+    from pipeline.files import atomic_directory, atomic_write_bytes, atomic_write_json, read_json
+
+    compiled = config.program.compiled
+    header = {**header, "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     outcome = {"retrievers": {n: r.summary for n, r in results.items()}, "out": str(out), "mlflow_run": None}
     with atomic_directory(out) as scratch:
         paths = write_results(scratch, header, results)

@@ -158,8 +158,12 @@ def evaluate_systems(
     read: bool = False,
     count_calls: Callable[[], int] = lambda: 0,
     progress: bool = True,
+    finished: dict[str, SystemResult] | None = None,
+    on_result: Callable[[dict[str, SystemResult]], None] | None = None,
 ) -> dict[str, SystemResult]:
-    """Run each system on the questions; results in the order the names were given."""
+    """Run each system on the questions; results in the order the names were given. Systems in
+    `finished` (an interrupted run's) are taken as they are; `on_result` sees the results so far
+    after each system, so a long run can keep them."""
     from experiments.qa import evaluate_program
 
     if decomposition not in ("gold", "lm"):
@@ -179,10 +183,10 @@ def evaluate_systems(
     for name in run_order(names, decomposition, read):
         label = name if progress else None
         bench.embedder.forget_queries()  # each system's timing includes embedding its own queries
-        if name == "hyperprove" and decomposition == "lm":
+        if name in (finished or {}):
+            summary, rows = finished[name].summary, finished[name].rows
+        elif name == "hyperprove" and decomposition == "lm":
             summary, rows = evaluate_program(questions, bench.program(), count_calls, progress=label)
-            sub_queries = {row["question"]: [hop["query"] for hop in row["chain"]] or [row["question"]] for row in rows}
-            program_passages = {row["question"]: row["passages"] for row in rows}
         elif read and decomposition == "lm":
             if name == "dense-iterative":
                 search = _iterative_search(bench.dense, sub_queries)
@@ -193,7 +197,12 @@ def evaluate_systems(
             summary, rows = evaluate_program(questions, bench.reader(search), count_calls, progress=label)
         else:
             summary, rows = evaluate_ranker(questions, _ranker(bench, name, decomposition, sub_queries), progress=label)
+        if name == "hyperprove" and decomposition == "lm":  # what the systems after the program read
+            sub_queries = {row["question"]: [hop["query"] for hop in row["chain"]] or [row["question"]] for row in rows}
+            program_passages = {row["question"]: row["passages"] for row in rows}
         results[name] = SystemResult(name, {"system": name, **summary}, rows)
+        if on_result is not None:
+            on_result(results)
     return {name: results[name] for name in names}
 
 

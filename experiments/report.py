@@ -53,7 +53,8 @@ def read_record(path: Path, what: str, needs: dict[str, type]) -> dict:
 
 
 def load_runs(directory: Path) -> list[dict]:
-    runs = [{**read_record(path, "results", RUN_FIELDS), "results_dir": str(path.parent)} for path in sorted(directory.glob("*/results.json"))]
+    runs = [{**read_record(path, "results", RUN_FIELDS), "results_dir": str(path.parent)} for path in sorted(directory.glob("*/results.json"))
+            if not path.parent.name.endswith(".partial")]  # an unfinished run is not a result yet
 
     def order(run: dict) -> tuple:
         name = run.get("name", "")

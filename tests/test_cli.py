@@ -245,6 +245,44 @@ def test_evaluate_with_the_lm_runs_the_program_first_and_reads_every_system(file
     assert rows[0]["chain"] == [{"query": q} for q in queries]
 
 
+def test_an_interrupted_lm_evaluation_resumes_system_by_system(files, capsys, scripted_cli, tmp_path, monkeypatch):
+    import experiments.qa
+
+    scripted_cli.answers = two_hop_script(final_answer="2017")
+    args = ["evaluate", "--questions", files / "questions.json", "--corpus", files / "corpus.json",
+            "--retriever", "hyperprove,dense-iterative,dense", "--decomposition", "lm",
+            "--embedder", "test-hash", "--cache-dir", tmp_path / "cache", "--out", tmp_path / "results", "--no-track", "--json"]
+    evaluate_program, evaluated = experiments.qa.evaluate_program, []
+
+    def interrupted_at_dense(questions, program, count_calls, **kw):
+        if len(evaluated) == 2:
+            raise KeyboardInterrupt
+        evaluated.append(program)
+        return evaluate_program(questions, program, count_calls, **kw)
+
+    monkeypatch.setattr(experiments.qa, "evaluate_program", interrupted_at_dense)
+    code, _, err = run_scripted(capsys, scripted_cli, *args)
+    assert code == 130 and "interrupted" in err
+    assert not (tmp_path / "results").exists()
+    partial = json.loads((tmp_path / "results.partial" / "results.json").read_text())
+    assert partial["complete"] is False and list(partial["systems"]) == ["hyperprove", "dense-iterative"]
+
+    # A different evaluation may not take over those results.
+    code, _, err = run_scripted(capsys, scripted_cli, *args, "--alpha", "0.5")
+    assert code == 2 and "results.partial: holds an interrupted run of another evaluation" in err
+
+    evaluated.clear()
+    monkeypatch.setattr(experiments.qa, "evaluate_program", lambda *a, **kw: evaluated.append(a[1]) or evaluate_program(*a, **kw))
+    code, out, err = run_scripted(capsys, scripted_cli, *args)
+    assert code == 0 and "resuming: hyperprove, dense-iterative finished earlier" in out
+    assert len(evaluated) == 1 and scripted_cli.last.calls() == 1  # only dense ran: one reader call
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["retrievers"]["hyperprove"]["lm_calls_per_question"] == 5 and result["retrievers"]["dense"]["em"] == 100.0
+    recorded = json.loads((tmp_path / "results" / "results.json").read_text())
+    assert recorded["resumed"]["systems"] == ["hyperprove", "dense-iterative"] and "complete" not in recorded
+    assert not (tmp_path / "results.partial").exists()
+
+
 def test_evaluate_refuses_an_index_of_another_corpus(files, capsys, scripted_cli, tmp_path):
     code, _, _ = run_scripted(capsys, scripted_cli, "index", files / "corpus.json", "--out", files / "idx", "--embedder", "test-hash")
     assert code == 0
