@@ -112,7 +112,7 @@ def run_evaluation(config: HyperProveConfig, runtime=None, tags: dict | None = N
         with atomic_directory(partial) as scratch:
             write_results(scratch, {**header, "complete": False}, results)
 
-    results = evaluate_systems(names, questions, bench, run.decomposition, run.read, session.calls if session else (lambda: 0),
+    results = evaluate_systems(names, questions, bench, run.decomposition, run.read, session.profile.snapshot if session else dict,
                                finished=finished, on_result=keep)
     lm_tags = {"hyperprove.lm": lm_id} if session else {}
     outcome = record_evaluation(config, results, out, header, index_manifest, {**source, **lm_tags, **(tags or {})}, log, track)

@@ -156,7 +156,7 @@ def evaluate_systems(
     bench: Workbench,
     decomposition: str = "gold",
     read: bool = False,
-    count_calls: Callable[[], int] = lambda: 0,
+    lm_usage: Callable[[], dict] = dict,
     progress: bool = True,
     finished: dict[str, SystemResult] | None = None,
     on_result: Callable[[dict[str, SystemResult]], None] | None = None,
@@ -186,7 +186,7 @@ def evaluate_systems(
         if name in (finished or {}):
             summary, rows = finished[name].summary, finished[name].rows
         elif name == "hyperprove" and decomposition == "lm":
-            summary, rows = evaluate_program(questions, bench.program(), count_calls, progress=label)
+            summary, rows = evaluate_program(questions, bench.program(), lm_usage, progress=label)
         elif read and decomposition == "lm":
             if name == "dense-iterative":
                 search = _iterative_search(bench.dense, sub_queries)
@@ -194,7 +194,7 @@ def evaluate_systems(
                 search = lambda question: program_passages.get(question, [])  # noqa: E731 - the program's own top passages
             else:
                 search = bench.search(name)
-            summary, rows = evaluate_program(questions, bench.reader(search), count_calls, progress=label)
+            summary, rows = evaluate_program(questions, bench.reader(search), lm_usage, progress=label)
         else:
             summary, rows = evaluate_ranker(questions, _ranker(bench, name, decomposition, sub_queries), progress=label)
         if name == "hyperprove" and decomposition == "lm":  # what the systems after the program read
@@ -236,7 +236,8 @@ def _ranker(bench: Workbench, name: str, decomposition: str, sub_queries: dict[s
 # --- results -------------------------------------------------------------------------------------
 COLUMNS = (
     ("recall@2", "R@2", "{:.2f}"), ("recall@5", "R@5", "{:.2f}"), ("em", "EM", "{:.2f}"), ("f1", "F1", "{:.2f}"),
-    ("lm_calls_per_question", "LM calls/q", "{:.2f}"), ("seconds_per_question", "s/q", "{:.4g}"),
+    ("lm_calls_per_question", "LM calls/q", "{:.2f}"), ("prompt_tokens_per_question", "prompt tok/q", "{:.0f}"),
+    ("completion_tokens_per_question", "gen tok/q", "{:.0f}"), ("seconds_per_question", "s/q", "{:.4g}"),
     ("retrieval_ms_per_question", "retrieval ms/q", "{:.1f}"),
 )
 
@@ -250,6 +251,16 @@ def results_table(summaries: Sequence[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def lm_steps_tables(summaries: Sequence[dict]) -> str:
+    """Per system that called the LM, what each step cost per question (means)."""
+    from pipeline.lm import profile_table
+
+    sections = [f"\n## {summary['system']}: LM steps, per question\n\n" + profile_table(summary["lm_steps"])
+                + (f"\n{summary['lm_cache_hits']} calls came from DSPy's cache, so seconds understate the LM's cost.\n" if summary.get("lm_cache_hits") else "")
+                for summary in summaries if summary.get("lm_steps")]
+    return "".join(sections)
+
+
 def write_results(directory: str | Path, header: dict, results: dict[str, SystemResult]) -> dict[str, Path]:
     """results.md (the table), results.json (header + summaries), predictions.json (rows), atomically."""
     from pipeline.files import atomic_write_bytes, atomic_write_json
@@ -259,7 +270,7 @@ def write_results(directory: str | Path, header: dict, results: dict[str, System
     summaries = [r.summary for r in results.values()]
     title = f"# {header.get('name', 'evaluation')}\n\n{header.get('description', '')}\n\n".replace("\n\n\n", "\n\n")
     paths = {"table": directory / "results.md", "results": directory / "results.json", "predictions": directory / "predictions.json"}
-    atomic_write_bytes(paths["table"], (title + results_table(summaries)).encode())
+    atomic_write_bytes(paths["table"], (title + results_table(summaries) + lm_steps_tables(summaries)).encode())
     atomic_write_json(paths["results"], {**header, "systems": {r.name: r.summary for r in results.values()}})
     atomic_write_json(paths["predictions"], {r.name: r.rows for r in results.values()})
     return paths

@@ -8,6 +8,7 @@ counts as wrong) and the run goes on.
 from __future__ import annotations
 
 import time
+from dataclasses import asdict
 from typing import Callable, Sequence
 
 import dspy
@@ -44,21 +45,43 @@ class PassageReader(dspy.Module):
         return dspy.Prediction(answer=answer, passages=ranked, chain=[], fallbacks=fallbacks, retrieval_seconds=retrieval_seconds)
 
 
+def lm_cost_summary(rows: Sequence[dict]) -> dict:
+    """Tokens per question, and per step the mean bill per question; `lm_cache_hits` counts the
+    calls DSPy's cache answered (their seconds are not what the LM costs)."""
+    steps: dict[str, dict] = {}
+    for row in rows:
+        for step, cost in row.get("lm_steps", {}).items():
+            total = steps.setdefault(step, dict.fromkeys(cost, 0))
+            for key, value in cost.items():
+                total[key] += value
+    per_question = {step: {key: round(value / len(rows), 2) for key, value in total.items()} for step, total in steps.items()}
+
+    def total(key: str) -> float:
+        return round(sum(cost[key] for cost in per_question.values()), 1)
+
+    return {"prompt_tokens_per_question": total("prompt_tokens"), "cached_prompt_tokens_per_question": total("cached_prompt_tokens"),
+            "completion_tokens_per_question": total("completion_tokens"), "lm_cache_hits": sum(s["cache_hits"] for s in steps.values()),
+            "lm_steps": per_question}
+
+
 def evaluate_program(
     questions: Sequence[Question],
     program: Callable[[str], dspy.Prediction],
-    count_calls: Callable[[], int],
+    lm_usage: Callable[[], dict] = dict,
     ks: Sequence[int] = (2, 5),
     progress: str | None = None,
 ) -> tuple[dict, list[dict]]:
-    """Run the program on every question; mean EM/F1 (0-100), Recall@k, calls and seconds each."""
+    """Run the program on every question; mean EM/F1 (0-100), Recall@k, seconds, and what the LM
+    steps cost each (`lm_usage()` is a `pipeline.lm.LMProfile` snapshot: step -> StepCost)."""
     from tqdm import tqdm
+
+    from pipeline.lm import profile_delta
 
     if not questions:
         raise HyperProveError("no questions to evaluate")
     rows = []
     for question in tqdm(questions, desc=progress, unit="question", disable=progress is None):
-        calls_before, started = count_calls(), time.perf_counter()
+        usage_before, started = lm_usage(), time.perf_counter()
         row = {"id": question.id, "question": question.question, "gold_answer": question.answer}
         try:
             prediction = program(question.question)
@@ -72,8 +95,10 @@ def evaluate_program(
         row["f1"] = float(f1_score(row["answer"], golds))
         if question.gold_passages:
             row.update({f"recall@{k}": recall_at_k(row["passages"], question.gold_passages, k) for k in ks})
-        row["lm_calls"] = count_calls() - calls_before
         row["seconds"] = round(time.perf_counter() - started, 3)
+        steps = profile_delta(lm_usage(), usage_before)
+        row["lm_calls"] = sum(cost.calls for cost in steps.values())
+        row["lm_steps"] = {step: {**asdict(cost), "seconds": round(cost.seconds, 3)} for step, cost in steps.items()}
         rows.append(row)
     summary = {
         "n": len(rows),
@@ -84,6 +109,7 @@ def evaluate_program(
     if with_gold:
         summary.update({f"recall@{k}": mean_percent(with_gold, f"recall@{k}") for k in ks})
     summary["lm_calls_per_question"] = round(float(np.mean([r["lm_calls"] for r in rows])), 2)
+    summary.update(lm_cost_summary(rows))
     summary["seconds_per_question"] = round(float(np.mean([r["seconds"] for r in rows])), 2)
     timed = [r["retrieval_seconds"] for r in rows if "retrieval_seconds" in r]
     summary["retrieval_ms_per_question"] = round(1000 * float(np.mean(timed)), 2) if timed else None

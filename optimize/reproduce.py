@@ -25,6 +25,8 @@ from modules.errors import HyperProveError
 from pipeline.config import HyperProveConfig, TrackingConfig
 
 TIMING = ("seconds_per_question", "retrieval_ms_per_question")  # wall-clock: reported, never compared
+# what the LM work cost: a rerun answered from the cache spends no tokens, so reported, never compared
+COST = ("prompt_tokens_per_question", "cached_prompt_tokens_per_question", "completion_tokens_per_question", "lm_cache_hits")
 
 
 def recorded_evaluation(tracking: TrackingConfig, run_id: str) -> dict:
@@ -77,14 +79,14 @@ def same_index(recorded: dict | None, current: dict | None) -> bool:
 
 
 def metric_deltas(recorded: dict[str, dict], current: dict[str, dict]) -> dict[str, dict[str, float]]:
-    """Per system, new minus recorded for every compared metric (timings left out)."""
+    """Per system, new minus recorded for every compared metric (timings and token costs left out)."""
     deltas: dict[str, dict[str, float]] = {}
     for system, summary in recorded.items():
         if not isinstance(summary, dict):
             continue
         now = current.get(system, {})
         for key, value in summary.items():
-            if key in TIMING or isinstance(value, bool) or not isinstance(value, (int, float)):
+            if key in TIMING + COST or isinstance(value, bool) or not isinstance(value, (int, float)):
                 continue
             deltas.setdefault(system, {})[key] = round(float(now.get(key, float("nan"))) - float(value), 6)
     return deltas
@@ -180,5 +182,5 @@ def reproduce(run_id: str, tracking: TrackingConfig, out: str | None = None, cac
     for system, values in changed.items():
         log(f"{system}: " + ", ".join(f"{key} {delta:+.4g}" for key, delta in values.items()))
     if not changed:
-        log(f"reproduced run {run_id}: every metric identical ({', '.join(TIMING)} are wall-clock and not compared)")
+        log(f"reproduced run {run_id}: every metric identical (wall-clock times and token costs are not compared)")
     return {"run": run_id, "reproduction": outcome["mlflow_run"], "out": outcome["out"], "identical": not changed, "deltas": deltas}

@@ -19,6 +19,8 @@ import hashlib
 import importlib
 import os
 import threading
+import time
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Callable
 
@@ -122,17 +124,99 @@ class LocalServer:
             return cls._servers[key]
 
 
-# --- counting calls ----------------------------------------------------------------------------------
-class CallCounter(BaseCallback):
-    """Counts LM calls (cache hits included) so that runs can report calls per question."""
+# --- what the LM steps cost --------------------------------------------------------------------------
+@dataclass
+class StepCost:
+    """One LM step's bill: calls (DSPy cache hits included), cache hits (no request made), prompt
+    tokens, of those the ones the server reused from its prompt cache, generated tokens, seconds."""
+
+    calls: int = 0
+    cache_hits: int = 0
+    prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0
+    completion_tokens: int = 0
+    seconds: float = 0.0
+
+    def minus(self, other: "StepCost") -> "StepCost":
+        return StepCost(*(getattr(self, f.name) - getattr(other, f.name) for f in fields(self)))
+
+    def plus(self, other: "StepCost") -> "StepCost":
+        return StepCost(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
+
+
+def step_of(caller_modules, fallback: str = "lm") -> str:
+    """The step an LM call belongs to: the innermost calling module that is ours, not DSPy's
+    (`Decomposer`, `HopAnswerer`, ...): a `dspy.Predict` inside it is an implementation detail."""
+    for module in reversed(caller_modules or []):
+        if type(module).__module__.split(".")[0] != "dspy":
+            return type(module).__name__
+    return fallback
+
+
+class LMProfile(BaseCallback):
+    """Counts, per step, what every LM call cost (`StepCost`), from the usage the provider reports
+    (llama.cpp and OpenAI-style APIs report prompt, cached prompt and generated tokens) and the
+    wall time around the call. Thread-safe; `snapshot()` before and after a question gives its bill."""
 
     def __init__(self):
         self._lock = threading.Lock()
-        self.calls = 0
+        self._open: dict[str, tuple] = {}
+        self.steps: dict[str, StepCost] = {}
 
     def on_lm_start(self, call_id, instance, inputs):
+        callers = dspy.settings.caller_modules or []
+        owner = callers[-1] if callers else instance  # DSPy appends the call's record to its history
+        history = getattr(owner, "history", None) or []
         with self._lock:
-            self.calls += 1
+            self._open[call_id] = (step_of(callers), owner, history[-1] if history else None, time.perf_counter())
+
+    def on_lm_end(self, call_id, outputs, exception=None):
+        with self._lock:
+            opened = self._open.pop(call_id, None)
+        if opened is None:
+            return
+        step, owner, before, started = opened
+        seconds = time.perf_counter() - started
+        history = getattr(owner, "history", None) or []
+        entry = history[-1] if exception is None and history and history[-1] is not before else {}
+        usage = entry.get("usage") or {}
+        cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+        hit = bool(getattr(entry.get("response"), "cache_hit", False))
+        with self._lock:
+            cost = self.steps.setdefault(step, StepCost())
+            cost.calls += 1
+            cost.cache_hits += hit
+            cost.prompt_tokens += usage.get("prompt_tokens") or 0
+            cost.cached_prompt_tokens += cached
+            cost.completion_tokens += usage.get("completion_tokens") or 0
+            cost.seconds += seconds
+
+    @property
+    def calls(self) -> int:
+        with self._lock:
+            return sum(cost.calls for cost in self.steps.values())
+
+    def snapshot(self) -> dict[str, StepCost]:
+        with self._lock:
+            return {step: StepCost().plus(cost) for step, cost in self.steps.items()}
+
+
+def profile_delta(after: dict[str, StepCost], before: dict[str, StepCost]) -> dict[str, StepCost]:
+    """What was spent between two snapshots, per step that made a call."""
+    spent = {step: cost.minus(before.get(step, StepCost())) for step, cost in after.items()}
+    return {step: cost for step, cost in spent.items() if cost.calls}
+
+
+def profile_table(steps: dict[str, dict], per: str = "") -> str:
+    """A markdown table of a profile (step -> StepCost fields), with a total row."""
+    names = [f.name for f in fields(StepCost)]
+    total = {name: sum(cost[name] for cost in steps.values()) for name in names}
+    head = "| step | calls | DSPy cache hits | prompt tokens | served from the prompt cache | generated tokens | seconds |"
+    lines = [head + (f" ({per})" if per else ""), "|---|" + "---:|" * len(names)]
+    for step, cost in [*steps.items(), ("total", total)]:
+        cells = [f"{cost[name]:.4g}" if isinstance(cost[name], float) else str(cost[name]) for name in names]
+        lines.append(f"| {step} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def configure_lm_cache(cache_dir: str | Path) -> Path:
@@ -142,9 +226,9 @@ def configure_lm_cache(cache_dir: str | Path) -> Path:
     return directory
 
 
-def make_lm(config: LMConfig, counter: CallCounter | None = None):
+def make_lm(config: LMConfig, profile: LMProfile | None = None):
     """A `dspy.LM` for the configured model; starts the embedded server when no model is given."""
-    callbacks = [counter] if counter is not None else []
+    callbacks = [profile] if profile is not None else []
     common = dict(temperature=config.temperature, max_tokens=config.max_tokens, callbacks=callbacks, num_retries=2)
     if config.model is None:
         server = LocalServer.get(config)
@@ -156,20 +240,20 @@ def make_lm(config: LMConfig, counter: CallCounter | None = None):
 
 
 class LMSession:
-    """The configured LM (or the one given), DSPy's disk cache under the cache dir, and a call
-    counter; made the global DSPy LM, since the program's predictors read it from there."""
+    """The configured LM (or the one given), DSPy's disk cache under the cache dir, and the
+    `LMProfile` of its calls; made the global DSPy LM, since the program's predictors read it from there."""
 
     def __init__(self, config, lm=None):
         configure_lm_cache(config.cache_dir)
-        self.counter = CallCounter()
+        self.profile = LMProfile()
         if lm is None:
             self.id = config.lm.id
-            self.lm = make_lm(config.lm, self.counter)
+            self.lm = make_lm(config.lm, self.profile)
         else:
             self.id = str(getattr(lm, "model", type(lm).__name__))
             self.lm = lm
-            self.lm.callbacks = [*(getattr(lm, "callbacks", None) or []), self.counter]
+            self.lm.callbacks = [*(getattr(lm, "callbacks", None) or []), self.profile]
         dspy.configure(lm=self.lm)
 
     def calls(self) -> int:
-        return self.counter.calls
+        return self.profile.calls

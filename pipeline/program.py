@@ -24,6 +24,7 @@ What the program decides where METHOD.md is silent:
 from __future__ import annotations
 
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import dspy
@@ -185,8 +186,11 @@ def answer_record(question: str, prediction: dspy.Prediction) -> dict:
     return {"question": question, "answer": prediction.answer, "chain": prediction.chain, "fallbacks": prediction.fallbacks}
 
 
-def ask(config, index_directory: str, question: str, runtime=None, log=print) -> dict:
-    """Answer one question over a saved index with the program of `config`; logs the chain."""
+def ask(config, index_directory: str, question: str, runtime=None, log=print, profile: bool = False) -> dict:
+    """Answer one question over a saved index with the program of `config`; logs the chain, and
+    with `profile` what each LM step cost (calls, tokens, tokens from the prompt cache, seconds)."""
+    from pipeline.lm import profile_delta, profile_table
+
     from pipeline.index import load_index
     from pipeline.runtime import Runtime
 
@@ -197,10 +201,14 @@ def ask(config, index_directory: str, question: str, runtime=None, log=print) ->
     index = load_index(index_directory, expect_embedder=config.index.embedder)
     program.retriever = index.retriever(config.retriever, runtime.embedder.encode_query)
     session = runtime.session
-    started = time.perf_counter()
+    started, before = time.perf_counter(), session.profile.snapshot()
     prediction = program(question)
+    seconds = round(time.perf_counter() - started, 2)
+    steps = {step: asdict(cost) for step, cost in profile_delta(session.profile.snapshot(), before).items()}
     log(f"Q: {question}")
     log("\n".join(format_chain(prediction)))
     log(f"A: {prediction.answer}")
-    return {**answer_record(question, prediction), "lm": session.id, "lm_calls": session.calls(),
-            "seconds": round(time.perf_counter() - started, 2)}
+    if profile:
+        log(profile_table(steps).rstrip())
+    return {**answer_record(question, prediction), "lm": session.id, "lm_calls": sum(cost["calls"] for cost in steps.values()),
+            "lm_steps": steps, "seconds": seconds}

@@ -161,8 +161,14 @@ def test_ask_prints_the_chain_and_ends_with_json(files, capsys, scripted_cli):
     assert lines[-2] == "A: Leah Adler"
     result = json.loads(lines[-1])
     assert result["answer"] == "Leah Adler" and result["lm_calls"] == 5
+    assert {step: cost["calls"] for step, cost in result["lm_steps"].items()} == {"Decomposer": 1, "BridgeRewriter": 1, "HopAnswerer": 2, "AnswerGenerator": 1}
     assert [hop["answer"] for hop in result["chain"]] == ["Steven Spielberg", "Leah Adler"]
     assert result["chain"][1]["frontier_in"] == result["chain"][0]["supporting"]
+    code, out, _ = run_scripted(capsys, scripted_cli, "ask", files / "idx", "Who was the mother of the director of Jaws?", "--embedder", "test-hash", "--profile")
+    assert code == 0
+    profile = out[out.index("| step | calls |"):].splitlines()
+    assert [line.split(" | ")[:2] for line in profile[2:]] == [["| Decomposer", "1"], ["| HopAnswerer", "2"], ["| BridgeRewriter", "1"],
+                                                                  ["| AnswerGenerator", "1"], ["| total", "5"]]
 
 
 def test_demo_reports_every_extraction_fallback(tmp_path, capsys, scripted_cli):
@@ -215,7 +221,10 @@ def test_evaluate_with_the_lm_runs_the_program_first_and_reads_every_system(file
     assert list(systems) == ["dense-iterative", "dense", "hyperprove", "hyperprove-passages"] and result["mlflow_run"] is None
     # hyperprove: decompose, one rewrite (hop 2 has a #1), two hop answers, the final answer
     assert systems["hyperprove"]["lm_calls_per_question"] == 5 and systems["hyperprove"]["em"] == 100.0
+    assert {step: cost["calls"] for step, cost in systems["hyperprove"]["lm_steps"].items()} == {
+        "Decomposer": 1, "BridgeRewriter": 1, "HopAnswerer": 2, "AnswerGenerator": 1}
     assert systems["dense"]["lm_calls_per_question"] == 1 and systems["dense"]["em"] == 100.0
+    assert {step: cost["calls"] for step, cost in systems["dense"]["lm_steps"].items()} == {"AnswerGenerator": 1}
     assert systems["dense-iterative"]["lm_calls_per_question"] == 1
     predictions = json.loads((tmp_path / "results" / "predictions.json").read_text())
     # hyperprove-passages: the program's own top 5 passages, one reader call
@@ -232,7 +241,8 @@ def test_evaluate_with_the_lm_runs_the_program_first_and_reads_every_system(file
     embedder = HashEmbedder()
     search = DensePassageSearch(VectorIndex.build(embedder.encode([f"{p['title']}\n{p['text']}" for p in CORPUS])), embedder.encode_query)
     assert predictions["dense-iterative"][0]["passages"] == interleave_passages([search(q) for q in queries])[:5]
-    assert "| hyperprove | 1 | " in (tmp_path / "results" / "results.md").read_text()
+    table = (tmp_path / "results" / "results.md").read_text()
+    assert "| hyperprove | 1 | " in table and "## hyperprove: LM steps, per question" in table and "| HopAnswerer | 2 | 0 |" in table
     # With --no-read the baselines only rank: no reader calls, the same passages.
     code, out, _ = run_scripted(capsys, scripted_cli, "evaluate", "--questions", files / "questions.json", "--corpus", files / "corpus.json",
                        "--retriever", "dense-iterative,hyperprove", "--decomposition", "lm", "--no-read",
@@ -254,11 +264,11 @@ def test_an_interrupted_lm_evaluation_resumes_system_by_system(files, capsys, sc
             "--embedder", "test-hash", "--cache-dir", tmp_path / "cache", "--out", tmp_path / "results", "--no-track", "--json"]
     evaluate_program, evaluated = experiments.qa.evaluate_program, []
 
-    def interrupted_at_dense(questions, program, count_calls, **kw):
+    def interrupted_at_dense(questions, program, lm_usage, **kw):
         if len(evaluated) == 2:
             raise KeyboardInterrupt
         evaluated.append(program)
-        return evaluate_program(questions, program, count_calls, **kw)
+        return evaluate_program(questions, program, lm_usage, **kw)
 
     monkeypatch.setattr(experiments.qa, "evaluate_program", interrupted_at_dense)
     code, _, err = run_scripted(capsys, scripted_cli, *args)

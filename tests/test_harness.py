@@ -27,15 +27,16 @@ def test_with_the_lm_hyperprove_runs_before_dense_iterative():
 SUMMARIES = [
     {"system": "dense", "n": 60, "recall@2": 39.3055, "recall@5": 57.78, "seconds_per_question": 0.00412, "retrieval_ms_per_question": 4.12},
     {"system": "hyperprove", "n": 60, "recall@2": 51.25, "recall@5": 68.333, "em": 5.0, "f1": 14.17,
-     "lm_calls_per_question": 5.45, "seconds_per_question": 32.61, "retrieval_ms_per_question": 21.04},
+     "lm_calls_per_question": 5.45, "prompt_tokens_per_question": 4210.4, "completion_tokens_per_question": 151.6,
+     "seconds_per_question": 32.61, "retrieval_ms_per_question": 21.04},
 ]
 
 
 def test_results_table_marks_what_does_not_apply():
     lines = results_table(SUMMARIES).splitlines()
-    assert lines[0] == "| system | n | R@2 | R@5 | EM | F1 | LM calls/q | s/q | retrieval ms/q |"
-    assert lines[2] == "| dense | 60 | 39.31 | 57.78 | – | – | – | 0.00412 | 4.1 |"
-    assert lines[3] == "| hyperprove | 60 | 51.25 | 68.33 | 5.00 | 14.17 | 5.45 | 32.61 | 21.0 |"
+    assert lines[0] == "| system | n | R@2 | R@5 | EM | F1 | LM calls/q | prompt tok/q | gen tok/q | s/q | retrieval ms/q |"
+    assert lines[2] == "| dense | 60 | 39.31 | 57.78 | – | – | – | – | – | 0.00412 | 4.1 |"
+    assert lines[3] == "| hyperprove | 60 | 51.25 | 68.33 | 5.00 | 14.17 | 5.45 | 4210 | 152 | 32.61 | 21.0 |"
 
 
 def test_write_results(tmp_path):

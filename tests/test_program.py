@@ -10,7 +10,7 @@ from modules.facts import Passage, ScoredFact
 from modules.retriever import RetrieverConfig
 from pipeline.config import IndexConfig, ProgramConfig
 from pipeline.index import build_index
-from pipeline.lm import CallCounter
+from pipeline.lm import LMProfile
 from pipeline.program import HyperProve
 
 CORPUS = [
@@ -53,7 +53,7 @@ def retriever(tmp_path_factory):
 
 
 def run(retriever, answers, **config):
-    counter = CallCounter()
+    counter = LMProfile()
     lm = DummyLM(answers)
     lm.callbacks = [counter]
     with dspy.context(lm=lm):
@@ -145,7 +145,7 @@ def test_one_failing_question_does_not_stop_a_batch():
             raise ConnectionError("LM down")
         return dspy.Prediction(answer="yes", passages=[0, 1], chain=[], fallbacks=[])
 
-    summary, rows = evaluate_program(questions, program, lambda: 0)
+    summary, rows = evaluate_program(questions, program)
     assert rows[1]["error"] == "ConnectionError: LM down" and rows[1]["em"] == 0.0
     assert summary["errors"] == 1
     assert summary["em"] == pytest.approx(200 / 3, abs=0.01)
