@@ -243,10 +243,12 @@ COLUMNS = (
 
 
 def results_table(summaries: Sequence[dict]) -> str:
-    """A markdown table, one row per system; "–" where a metric does not apply."""
-    lines = ["| system | n | " + " | ".join(title for _, title, _ in COLUMNS) + " |", "|---|---:|" + "---:|" * len(COLUMNS)]
+    """A markdown table, one row per system; "–" where a metric does not apply, and no column
+    that applies to no system (a run recorded before tokens were counted has no token columns)."""
+    columns = [(key, title, fmt) for key, title, fmt in COLUMNS if any(s.get(key) is not None for s in summaries)]
+    lines = ["| system | n | " + " | ".join(title for _, title, _ in columns) + " |", "|---|---:|" + "---:|" * len(columns)]
     for summary in summaries:
-        cells = [fmt.format(summary[key]) if summary.get(key) is not None else "–" for key, _, fmt in COLUMNS]
+        cells = [fmt.format(summary[key]) if summary.get(key) is not None else "–" for key, _, fmt in columns]
         lines.append(f"| {summary['system']} | {summary['n']} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -191,25 +191,17 @@ class LMExtractor:
 
         self.lm, self.lm_id, self.threads = lm, lm_id, threads
         self.module = FactExtractor()
-        key = hashlib.sha256(f"{self.name}-{self.version}-{lm_id}".encode()).hexdigest()[:16]
-        self.cache_dir = Path(cache_dir) / "extractions" / key
+        self.cache_dir = extraction_cache(cache_dir, lm_id)
         clear_scratch(self.cache_dir, depth=2)  # passages a killed build was writing
         self.counts = {"passages": 0, "cached": 0, "extracted": 0, "retried": 0, "fallbacks": 0, "lm_seconds": 0.0}
         self.fallback_titles: list[str] = []
         self._lock = threading.Lock()
 
     def _path(self, passage: Passage) -> Path:
-        digest = hashlib.sha256(passage.titled_text.encode()).hexdigest()
-        return self.cache_dir / digest[:2] / f"{digest}.json"
+        return extraction_path(self.cache_dir, passage)
 
     def _cached(self, passage: Passage) -> list[dict] | None:
-        path = self._path(passage)
-        try:
-            rows = json.loads(path.read_text())
-        except (OSError, ValueError):
-            return None  # absent, or damaged by a crash outside the atomic write: extract again
-        valid = isinstance(rows, list) and all(isinstance(r, dict) and isinstance(r.get("text"), str) for r in rows)
-        return rows if valid else None
+        return cached_extraction(self._path(passage))
 
     def _ask(self, passage: Passage) -> list[dict] | None:
         """The LM's facts for one passage, or None after two malformed answers."""
@@ -275,6 +267,82 @@ class LMExtractor:
 
     def report(self) -> dict:
         return {"name": self.name, "version": self.version, "lm": self.lm_id, **self.counts}
+
+
+# --- the extraction cache, and LM-extracted facts shipped as a file -----------------------------------------
+def extraction_cache(cache_dir: str | Path, lm_id: str) -> Path:
+    """Where the `lm` extractor keeps each passage's facts: one folder per extractor version and LM."""
+    key = hashlib.sha256(f"{LMExtractor.name}-{LMExtractor.version}-{lm_id}".encode()).hexdigest()[:16]
+    return Path(cache_dir) / "extractions" / key
+
+
+def passage_digest(passage: Passage) -> str:
+    return hashlib.sha256(passage.titled_text.encode()).hexdigest()
+
+
+def extraction_path(cache: Path, passage: Passage) -> Path:
+    digest = passage_digest(passage)
+    return cache / digest[:2] / f"{digest}.json"
+
+
+def valid_rows(rows) -> bool:
+    return isinstance(rows, list) and all(isinstance(r, dict) and isinstance(r.get("text"), str) for r in rows)
+
+
+def cached_extraction(path: Path) -> list[dict] | None:
+    try:
+        rows = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None  # absent, or damaged by a crash outside the atomic write: extract again
+    return rows if valid_rows(rows) else None
+
+
+FACTS_FORMAT = "hyperprove-lm-facts"
+
+
+def write_extracted_facts(path: str | Path, passages: Sequence[Passage], cache_dir: str | Path, lm_id: str) -> dict:
+    """One JSON file with what the LM extracted for each of `passages` (all must be in the
+    extraction cache), tied to each passage's checksum, the extractor version and the LM."""
+    cache = extraction_cache(cache_dir, lm_id)
+    rows = []
+    for passage in passages:
+        facts = cached_extraction(extraction_path(cache, passage))
+        if facts is None:
+            raise HyperProveError(f"passage {passage.title!r} has no LM extraction in {cache} (it fell back to sentences); extract it again")
+        rows.append({"title": passage.title, "sha256": passage_digest(passage), "facts": facts})
+    shipped = {"format": FACTS_FORMAT, "extractor_version": LMExtractor.version, "lm": lm_id, "passages": rows}
+    atomic_write_json(path, shipped)
+    return shipped
+
+
+def read_extracted_facts(path: str | Path) -> dict:
+    """A file from `write_extracted_facts`, checked (one line naming the problem if it is not one)."""
+    from pipeline.files import read_json
+
+    shipped = read_json(path, "extracted facts")
+    if not isinstance(shipped, dict) or shipped.get("format") != FACTS_FORMAT:
+        raise HyperProveError(f"{path}: not a file of LM-extracted facts (format {FACTS_FORMAT!r})")
+    for k, row in enumerate(shipped.get("passages") or []):
+        if not (isinstance(row, dict) and isinstance(row.get("sha256"), str) and valid_rows(row.get("facts"))):
+            raise HyperProveError(f"{path}: passages[{k}] needs sha256 and facts (a list of {{text, entities}})")
+    return shipped
+
+
+def seed_extracted_facts(path: str | Path, passages: Sequence[Passage], cache_dir: str | Path, lm_id: str) -> int:
+    """Put shipped facts into the extraction cache where it has none, for the passages they were
+    made from, when the same LM and extractor version made them (else nothing); returns how many."""
+    shipped = read_extracted_facts(path)
+    if shipped.get("lm") != lm_id or shipped.get("extractor_version") != LMExtractor.version:
+        return 0
+    by_digest = {row["sha256"]: row["facts"] for row in shipped["passages"]}
+    cache, seeded = extraction_cache(cache_dir, lm_id), 0
+    for passage in passages:
+        target = extraction_path(cache, passage)
+        facts = by_digest.get(passage_digest(passage))
+        if facts is not None and cached_extraction(target) is None:
+            atomic_write_json(target, facts)
+            seeded += 1
+    return seeded
 
 
 EXTRACTORS = ("sentences", "lm")

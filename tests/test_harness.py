@@ -37,6 +37,7 @@ def test_results_table_marks_what_does_not_apply():
     assert lines[0] == "| system | n | R@2 | R@5 | EM | F1 | LM calls/q | prompt tok/q | gen tok/q | s/q | retrieval ms/q |"
     assert lines[2] == "| dense | 60 | 39.31 | 57.78 | – | – | – | – | – | 0.00412 | 4.1 |"
     assert lines[3] == "| hyperprove | 60 | 51.25 | 68.33 | 5.00 | 14.17 | 5.45 | 4210 | 152 | 32.61 | 21.0 |"
+    assert results_table(SUMMARIES[:1]).splitlines()[2] == "| dense | 60 | 39.31 | 57.78 | 0.00412 | 4.1 |"
 
 
 def test_write_results(tmp_path):

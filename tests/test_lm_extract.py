@@ -99,3 +99,43 @@ def test_the_index_manifest_records_the_lm_extraction(tmp_path, hash_embedder):
     assert index.fact_text[1] == "Jaws was directed by Steven Spielberg."
     with pytest.raises(Exception, match="needs an LM"):
         make_extractor("lm")
+
+
+def test_shipped_facts_seed_the_cache_of_the_lm_that_made_them_and_no_other(tmp_path):
+    from modules.errors import HyperProveError
+    from pipeline.extract import seed_extracted_facts, write_extracted_facts
+
+    extractor(tmp_path, GOOD).extract(PASSAGES)
+    shipped = write_extracted_facts(tmp_path / "facts.json", PASSAGES, tmp_path / "cache", "dummy/test")
+    assert [row["title"] for row in shipped["passages"]] == ["Jaws (film)", "Leah Adler", "Ohio River"]
+    assert shipped["passages"][1]["facts"][1] == {"text": "Leah Adler died in 2017.", "entities": ["Leah Adler", "2017"]}
+    # A fresh cache, an LM that knows nothing: every passage comes from the shipped file.
+    changed = [*PASSAGES[:2], Passage("Ohio River", "The Ohio River is long.")]  # not what the file was made from
+    assert seed_extracted_facts(tmp_path / "facts.json", changed, tmp_path / "fresh", "dummy/other") == 0  # another LM
+    assert seed_extracted_facts(tmp_path / "facts.json", changed, tmp_path / "fresh", "dummy/test") == 2
+    assert seed_extracted_facts(tmp_path / "facts.json", changed, tmp_path / "fresh", "dummy/test") == 0  # already there
+    fresh = LMExtractor(DummyLM({"The Ohio River is long.": {"entities": ["Ohio River"], "facts": ["The Ohio River is long."]}}),
+                        "dummy/test", tmp_path / "fresh", threads=1)
+    facts = fresh.extract(changed)
+    assert facts[1][1] == Fact("Leah Adler died in 2017.", ("Leah Adler", "2017"), 1)
+    assert fresh.report()["cached"] == 2 and len(fresh.lm.history) == 1
+    # A passage the LM could not extract has nothing to ship; a damaged file is one line.
+    with pytest.raises(HyperProveError, match="passage 'Ohio River' has no LM extraction"):
+        write_extracted_facts(tmp_path / "more.json", PASSAGES, tmp_path / "fresh", "dummy/test")
+    (tmp_path / "bad.json").write_text(json.dumps({"format": "hyperprove-lm-facts", "passages": [{"sha256": "x"}]}))
+    with pytest.raises(HyperProveError, match=r"bad.json: passages\[0\] needs sha256 and facts"):
+        seed_extracted_facts(tmp_path / "bad.json", PASSAGES, tmp_path / "fresh", "dummy/test")
+
+
+def test_the_shipped_demo_facts_match_the_demo_corpus_and_the_embedded_model():
+    """`hyperprove demo --write-facts` made experiments/demo/facts.json from these very passages."""
+    from experiments.demonstration import DEMO_DIR, DEMO_FACTS
+    from pipeline.config import LOCAL_MODEL_ID
+    from pipeline.corpus import load_corpus
+    from pipeline.extract import passage_digest, read_extracted_facts
+
+    shipped = read_extracted_facts(DEMO_FACTS)
+    passages = load_corpus(DEMO_DIR / "corpus.json")
+    assert shipped["lm"] == LOCAL_MODEL_ID and shipped["extractor_version"] == LMExtractor.version
+    assert [row["sha256"] for row in shipped["passages"]] == [passage_digest(p) for p in passages]
+    assert all(row["facts"] for row in shipped["passages"])  # every passage extracted, none fell back to sentences
