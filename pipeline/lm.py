@@ -20,7 +20,7 @@ import importlib
 import os
 import threading
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Callable
 
@@ -140,9 +140,6 @@ class StepCost:
     def minus(self, other: "StepCost") -> "StepCost":
         return StepCost(*(getattr(self, f.name) - getattr(other, f.name) for f in fields(self)))
 
-    def plus(self, other: "StepCost") -> "StepCost":
-        return StepCost(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
-
 
 def step_of(caller_modules, fallback: str = "lm") -> str:
     """The step an LM call belongs to: the innermost calling module that is ours, not DSPy's
@@ -198,7 +195,7 @@ class LMProfile(BaseCallback):
 
     def snapshot(self) -> dict[str, StepCost]:
         with self._lock:
-            return {step: StepCost().plus(cost) for step, cost in self.steps.items()}
+            return {step: replace(cost) for step, cost in self.steps.items()}
 
 
 def profile_delta(after: dict[str, StepCost], before: dict[str, StepCost]) -> dict[str, StepCost]:
@@ -207,12 +204,12 @@ def profile_delta(after: dict[str, StepCost], before: dict[str, StepCost]) -> di
     return {step: cost for step, cost in spent.items() if cost.calls}
 
 
-def profile_table(steps: dict[str, dict], per: str = "") -> str:
+def profile_table(steps: dict[str, dict]) -> str:
     """A markdown table of a profile (step -> StepCost fields), with a total row."""
     names = [f.name for f in fields(StepCost)]
     total = {name: sum(cost[name] for cost in steps.values()) for name in names}
     head = "| step | calls | DSPy cache hits | prompt tokens | served from the prompt cache | generated tokens | seconds |"
-    lines = [head + (f" ({per})" if per else ""), "|---|" + "---:|" * len(names)]
+    lines = [head, "|---|" + "---:|" * len(names)]
     for step, cost in [*steps.items(), ("total", total)]:
         cells = [f"{cost[name]:.4g}" if isinstance(cost[name], float) else str(cost[name]) for name in names]
         lines.append(f"| {step} | " + " | ".join(cells) + " |")

@@ -189,9 +189,8 @@ def answer_record(question: str, prediction: dspy.Prediction) -> dict:
 def ask(config, index_directory: str, question: str, runtime=None, log=print, profile: bool = False) -> dict:
     """Answer one question over a saved index with the program of `config`; logs the chain, and
     with `profile` what each LM step cost (calls, tokens, tokens from the prompt cache, seconds)."""
-    from pipeline.lm import profile_delta, profile_table
-
     from pipeline.index import load_index
+    from pipeline.lm import profile_delta, profile_table
     from pipeline.runtime import Runtime
 
     if not question.strip():
