@@ -25,6 +25,7 @@ from typing import Callable, Sequence
 
 from experiments.data import Question
 from experiments.gold import DensePassageSearch, evaluate_ranker, gold_sub_queries, hyperprove_chain
+from experiments.metrics import per_type
 from modules.errors import HyperProveError
 from modules.retriever import interleave_passages
 from modules.steps import EVIDENCE_PASSAGES
@@ -177,6 +178,7 @@ def evaluate_systems(
                         f"{name} with --decomposition gold needs gold sub-questions; question {missing[0]} has none "
                         "(MuSiQue and 2Wiki carry them: use --decomposition lm, or hyperprove-fixed)"
                     )
+    types = {q.id: q.type for q in questions if q.type}
     results: dict[str, SystemResult] = {}
     sub_queries: dict[str, list[str]] = {}
     program_passages: dict[str, list[int]] = {}
@@ -200,6 +202,8 @@ def evaluate_systems(
         if name == "hyperprove" and decomposition == "lm":  # what the systems after the program read
             sub_queries = {row["question"]: [hop["query"] for hop in row["chain"]] or [row["question"]] for row in rows}
             program_passages = {row["question"]: row["passages"] for row in rows}
+        if types:
+            summary = {**summary, "per_type": per_type(rows, types)}
         results[name] = SystemResult(name, {"system": name, **summary}, rows)
         if on_result is not None:
             on_result(results)
@@ -253,6 +257,30 @@ def results_table(summaries: Sequence[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+TYPE_SCORES = (("f1", "F1"), ("recall@2", "Recall@2"), ("recall@5", "Recall@5"))
+
+
+def per_type_tables(summaries: Sequence[dict]) -> str:
+    """Per score (F1 where there is a reader, Recall@2, Recall@5), one table: a row per system, a
+    column per question type (with its number of questions)."""
+    typed = [s for s in summaries if s.get("per_type")]
+    if not typed:
+        return ""
+    kinds = list(dict.fromkeys(kind for s in typed for kind in s["per_type"]))
+    counts = {kind: next(s["per_type"][kind]["n"] for s in typed if kind in s["per_type"]) for kind in kinds}
+    sections = []
+    for score, title in TYPE_SCORES:
+        if not any(score in scores for s in typed for scores in s["per_type"].values()):
+            continue
+        lines = [f"\n## {title} by question type\n", "| system | " + " | ".join(f"{kind} ({counts[kind]})" for kind in kinds) + " |",
+                 "|---|" + "---:|" * len(kinds)]
+        for s in typed:
+            cells = [f"{s['per_type'][kind][score]:.2f}" if score in s["per_type"].get(kind, {}) else "–" for kind in kinds]
+            lines.append(f"| {s['system']} | " + " | ".join(cells) + " |")
+        sections.append("\n".join(lines) + "\n")
+    return "".join(sections)
+
+
 def lm_steps_tables(summaries: Sequence[dict]) -> str:
     """Per system that called the LM, what each step cost per question (means)."""
     from pipeline.lm import profile_table
@@ -272,7 +300,7 @@ def write_results(directory: str | Path, header: dict, results: dict[str, System
     summaries = [r.summary for r in results.values()]
     title = f"# {header.get('name', 'evaluation')}\n\n{header.get('description', '')}\n\n".replace("\n\n\n", "\n\n")
     paths = {"table": directory / "results.md", "results": directory / "results.json", "predictions": directory / "predictions.json"}
-    atomic_write_bytes(paths["table"], (title + results_table(summaries) + lm_steps_tables(summaries)).encode())
+    atomic_write_bytes(paths["table"], (title + results_table(summaries) + per_type_tables(summaries) + lm_steps_tables(summaries)).encode())
     atomic_write_json(paths["results"], {**header, "systems": {r.name: r.summary for r in results.values()}})
     atomic_write_json(paths["predictions"], {r.name: r.rows for r in results.values()})
     return paths

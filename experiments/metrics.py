@@ -47,3 +47,25 @@ def recall_at_k(ranked_passages: Sequence[int], gold_passages: Sequence[int], k:
     if not gold:
         raise ValueError("recall_at_k needs at least one gold passage")
     return len(gold & set(ranked_passages[:k])) / len(gold)
+
+
+SCORES = ("em", "f1", "recall@2", "recall@5")  # the per-question scores a row may carry
+
+
+def question_type(raw: str) -> str:
+    """The type a question is reported under: MuSiQue's "3hop1" and "3hop2" (two shapes of a
+    3-hop chain) are both "3hop"; 2Wiki's and HotpotQA's types stay as they are."""
+    return re.sub(r"^(\d+hop)\d+$", r"\1", raw) if raw else "untyped"
+
+
+def per_type(rows: Sequence[dict], types: dict[str, str]) -> dict[str, dict]:
+    """Per question type (`types`: question id -> type), the number of rows and the mean of each
+    score the rows carry; {} when the questions have no types."""
+    groups: dict[str, list[dict]] = {}
+    for row in rows:
+        groups.setdefault(question_type(types.get(row["id"], "")), []).append(row)
+    if set(groups) <= {"untyped"}:
+        return {}
+    return {kind: {"n": len(group), **{score: mean_percent([r for r in group if score in r], score)
+                                        for score in SCORES if any(score in r for r in group)}}
+            for kind, group in sorted(groups.items())}

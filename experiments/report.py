@@ -26,7 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
-from experiments.harness import SYSTEMS, results_table  # noqa: E402
+from experiments.harness import SYSTEMS, TYPE_SCORES, per_type_tables, results_table  # noqa: E402
+from experiments.metrics import per_type, question_type  # noqa: E402
 from experiments.stats import describe_difference, paired_difference  # noqa: E402
 from modules.config import TUNABLES  # noqa: E402
 from modules.errors import HyperProveError  # noqa: E402
@@ -112,33 +113,33 @@ def render_sweep(sweep: dict, plots: Sequence[str] = ()) -> list[str]:
     `plots` are links to its PNGs, relative to the report."""
     name = sweep["config"]["evaluation"].get("name") or sweep["study"]
     metrics = [sweep["objective"]] + ([sweep["tie_break"]] if sweep.get("tie_break") else [])
-    held_out = sweep.get("validation")
+    checks = [(label, sweep[key]) for key, label in (("validation", "held out"), ("transfer", "transfer")) if sweep.get(key)]
     columns = [label for key, label in SWEPT_COLUMNS if key in sweep["best_params"]]
-    header = columns + [f"{m} (train)" for m in metrics] + ([f"{m} (held out)" for m in metrics] if held_out else [])
+    header = columns + [f"{m} (train)" for m in metrics] + [f"{m} ({label})" for label, _ in checks for m in metrics]
     lines = [f"## {name}", ""]
     if sweep["config"]["evaluation"].get("description"):
         lines += [sweep["config"]["evaluation"]["description"], ""]
     lines += [_facts(sweep, f"hyperprove sweep --config experiments/configs/{name}.json", [
         f"{sweep['complete']} complete and {sweep['pruned']} pruned trials on {sweep['n_questions']} questions of `{sweep['questions']}`"]
-        + ([f"held out: {held_out['n_questions']} questions of `{held_out['questions']}`"] if held_out else [])), ""]
+        + [f"{label}: {check['n_questions']} questions of `{check['questions']}`" for label, check in checks]), ""]
     lines += ["| parameters | " + " | ".join(header) + " |", "|---" * (len(header) + 1) + "|"]
     rows = (("configured (trial 0)", sweep["start_params"], "start"), (f"best (trial {sweep['best_trial']})", sweep["best_params"], "best"))
     for label, params, kind in rows:
         scored = sweep.get(f"{kind}_scores") or {}
         cells = [f"{params[key]:.3f}" if isinstance(params[key], float) else str(params[key]) for key, _ in SWEPT_COLUMNS if key in params]
         cells += [f"{scored.get(m, float('nan')):.2f}" for m in metrics]
-        if held_out:
-            cells += [f"{held_out[f'{kind}_scores'].get(m, float('nan')):.2f}" for m in metrics]
+        cells += [f"{check[f'{kind}_scores'].get(m, float('nan')):.2f}" for _, check in checks for m in metrics]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     lines.append("")
     if sweep.get("difference"):
         lines += [f"Best minus configured, question by question, where the sweep ran: {describe_difference(sweep['difference'])}.", ""]
-    if held_out:
-        best, start = held_out["best_scores"][sweep["objective"]], held_out["start_scores"][sweep["objective"]]
+    for label, check in checks:
+        best, start = check["best_scores"][sweep["objective"]], check["start_scores"][sweep["objective"]]
         position = "above" if best > start else "level with" if best == start else "below"
-        lines += [f"Held out, the best parameters' {sweep['objective']} {best:.2f} is {position} the configured parameters' "
-                  f"{start:.2f} ({best - start:+.2f})" + (f"; question by question: {describe_difference(held_out['difference'])}"
-                                                         if held_out.get("difference") else "") + ".", ""]
+        where = "Held out" if label == "held out" else f"On `{check['questions']}` (another corpus)"
+        lines += [f"{where}, the best parameters' {sweep['objective']} {best:.2f} is {position} the configured parameters' "
+                  f"{start:.2f} ({best - start:+.2f})" + (f"; question by question: {describe_difference(check['difference'])}"
+                                                         if check.get("difference") else "") + ".", ""]
     if plots:
         lines += ["Plots: " + ", ".join(f"[{Path(plot).stem}]({plot})" for plot in plots) + ".", ""]
     return lines
@@ -177,6 +178,53 @@ def paired(run: dict, system: str, other_run: dict, other_system: str, metric: s
     if not rows or not others or [r["id"] for r in rows] != [r["id"] for r in others] or metric not in rows[0]:
         return None
     return paired_difference(rows, others, metric)
+
+
+def question_types(run: dict) -> dict[str, str]:
+    """Question id -> type, from the questions file the run names ({} when it is not here)."""
+    path = ROOT / run.get("questions", "")
+    if not run.get("questions") or not path.is_file():
+        return {}
+    items = read_json(path, "questions")
+    return {str(item["id"]): str(item.get("type", "")) for item in items if isinstance(item, dict) and "id" in item} if isinstance(items, list) else {}
+
+
+def typed_summaries(run: dict) -> list[dict]:
+    """The run's summaries with `per_type`; a run recorded before types were counted gets them
+    from its predictions and its questions file."""
+    types = None
+    summaries = []
+    for name, summary in run["systems"].items():
+        if "per_type" not in summary and (rows := system_rows(run, name)):
+            types = question_types(run) if types is None else types
+            summary = {**summary, "per_type": per_type(rows, types)}
+        summaries.append(summary)
+    return summaries
+
+
+def type_verdicts(run: dict, summaries: Sequence[dict]) -> list[str]:
+    """Per question type, HyperProve against the peer best on that type (F1 where there is a
+    reader, else Recall@2), with the paired bootstrap interval on that type's questions."""
+    by_name = {s["system"]: s for s in summaries if s.get("per_type")}
+    ours = next((name for name in ("hyperprove", "hyperprove-fixed") if name in by_name), None)
+    if ours is None:
+        return []
+    score = "f1" if by_name[ours].get("f1") is not None else "recall@2"
+    types, lines = question_types(run), []
+    for kind, scores in by_name[ours]["per_type"].items():
+        peers = {name: s["per_type"][kind][score] for name, s in by_name.items()
+                 if name not in OURS and score in s["per_type"].get(kind, {})}
+        if score not in scores or not peers:
+            continue
+        best = max(peers, key=peers.get)
+        line = f"- {kind}: {ours} {scores[score]:.2f} against {best} {peers[best]:.2f}"
+        rows, others = system_rows(run, ours), system_rows(run, best)
+        if rows and others and types:
+            keep = lambda group: [r for r in group if question_type(types.get(r["id"], "")) == kind]  # noqa: E731
+            line += f" ({describe_difference(paired_difference(keep(rows), keep(others), score))})"
+        lines.append(line + ".")
+    label = dict(TYPE_SCORES)[score]
+    return [f"{label} by question type, {ours} against the best peer on each type:", "", *lines, ""] if lines else []
 
 
 def compiled_program(run: dict, runs: Sequence[dict] = ()) -> list[str]:
@@ -293,6 +341,10 @@ def render(runs: list[dict], sweeps: Sequence[tuple[dict, list[str]]] = ()) -> s
         judged = verdict(run)
         if judged:
             lines += [*judged, ""]
+        summaries = typed_summaries(run)
+        tables = per_type_tables(summaries).replace("\n## ", "\n### ")
+        if tables:
+            lines += [tables.strip(), "", *type_verdicts(run, summaries)]
         lines += compiled_program(run, runs)
     choices = [run for run in runs if is_choice(run)]
     if choices:

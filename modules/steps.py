@@ -16,7 +16,7 @@ import dspy
 
 from modules.errors import HyperProveError
 from modules.facts import ScoredFact
-from modules.references import REFERENCE, references
+from modules.references import REFERENCE, fill_references, references
 from modules.signatures import AnswerHop, Decompose, DecomposeComparisons, ExtractedFact, ExtractFacts, GenerateAnswer, RewriteBridge
 
 
@@ -342,17 +342,20 @@ class Decomposer(dspy.Module):
 class BridgeRewriter(dspy.Module):
     """Step 5: a sub-question with "#k" -> a standalone query naming the resolved answers.
 
-    Without references there is nothing to rewrite and no LM call is made.
+    Without references there is nothing to rewrite and no LM call is made; with `by_rule`, each
+    "#k" is replaced by its answer and no LM call is made either (`fill_references`).
     """
 
     def __init__(self):
         super().__init__()
         self.rewrite = _predictor(RewriteBridge, REWRITE_DEMOS)
 
-    def forward(self, sub_question: str, answers: Sequence[str]) -> dspy.Prediction:
+    def forward(self, sub_question: str, answers: Sequence[str], by_rule: bool = False) -> dspy.Prediction:
         used = sorted(set(references(sub_question)))
         if not used:
             return dspy.Prediction(query=sub_question, rewritten=False)
+        if by_rule:
+            return dspy.Prediction(query=fill_references(sub_question, answers), rewritten=True)
         resolved = [f"#{k} = {answers[k - 1]}" for k in used if 1 <= k <= len(answers)]
         query = _short(self.rewrite(sub_question=sub_question, resolved=resolved).question)
         if not query or REFERENCE.search(query):

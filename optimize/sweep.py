@@ -4,7 +4,8 @@ set, its MLflow runs, and its summary.
 - One MLflow parent run per invocation, one nested run per trial, and the history, importance and
   parallel-coordinate plots as artifacts of the parent.
 - Afterwards the best and the configured parameters are compared question by question, on the
-  sweep's own questions and on the held-out `validate` set (paired bootstrap, `experiments.stats`).
+  sweep's own questions, on the held-out `validate` set, and on `transfer_questions` over another
+  corpus (paired bootstrap, `experiments.stats`).
 - The summary folder (sweep.json and the plots, and the best config when it is written there) is
   replaced as a whole, so a kill leaves the previous summary or the new one.
 
@@ -88,6 +89,9 @@ def run_sweep(config: HyperProveConfig, runtime=None, log: Callable[[str], None]
     passages = load_corpus(run.corpus)
     questions = load_questions(run.questions, passages)[: run.limit]
     held_out = load_questions(sweep.validate, passages) if sweep.validate else None
+    if sweep.transfer_questions:
+        transfer_passages = load_corpus(sweep.transfer_corpus)
+        transfer = load_questions(sweep.transfer_questions, transfer_passages)
     setting = study_setting(config)
     studies.open_study(sweep, setting)  # an unusable storage or a study made for another setting fails now
     runtime = runtime or Runtime(config)
@@ -96,13 +100,18 @@ def run_sweep(config: HyperProveConfig, runtime=None, log: Callable[[str], None]
     embedder = runtime.embedder
     embedder.load()
 
-    def score_chunk(params: dict, chunk) -> list[dict]:
-        retriever = index.retriever(config.with_overrides(retriever=params).retriever, embedder.encode_query)
-        if with_lm:
-            from experiments.qa import evaluate_program
+    def scorer(index) -> Callable[[dict, Sequence], list[dict]]:
+        """Per-question rows of the retriever with given parameters over `index`."""
+        def score_chunk(params: dict, chunk) -> list[dict]:
+            retriever = index.retriever(config.with_overrides(retriever=params).retriever, embedder.encode_query)
+            if with_lm:
+                from experiments.qa import evaluate_program
 
-            return evaluate_program(chunk, program_for(retriever, config), session.calls)[1]
-        return evaluate_ranker(chunk, lambda question: hyperprove_chain(question, retriever))[1]
+                return evaluate_program(chunk, program_for(retriever, config), session.calls)[1]
+            return evaluate_ranker(chunk, lambda question: hyperprove_chain(question, retriever))[1]
+        return score_chunk
+
+    score_chunk = scorer(index)
 
     def on_trial(trial, params: dict, scores: dict | None) -> None:
         if mlflow is not None:
@@ -138,6 +147,13 @@ def run_sweep(config: HyperProveConfig, runtime=None, log: Callable[[str], None]
             log(f"on {sweep.validate} ({len(held_out)} questions): best parameters {shown(result['validation']['best_scores'])}; "
                 f"configured ones {shown(result['validation']['start_scores'])}; "
                 f"best minus configured: {describe_difference(result['validation']['difference'])}")
+        if sweep.transfer_questions:  # and on another corpus: does the setting carry over?
+            transfer_index, _ = cached_index(transfer_passages, config, runtime, log)
+            result["transfer"] = {"questions": sweep.transfer_questions, "corpus": sweep.transfer_corpus,
+                                  **compare(sweep, scorer(transfer_index), start, best_params, transfer)}
+            log(f"on {sweep.transfer_questions} ({len(transfer)} questions, another corpus): best parameters "
+                f"{shown(result['transfer']['best_scores'])}; configured ones {shown(result['transfer']['start_scores'])}; "
+                f"best minus configured: {describe_difference(result['transfer']['difference'])}")
         if mlflow is not None:
             result["mlflow_run"] = active_run_id(mlflow)
         with atomic_directory(out) as scratch:
@@ -150,8 +166,9 @@ def run_sweep(config: HyperProveConfig, runtime=None, log: Callable[[str], None]
                 for path in [*plots, best_path, scratch / "sweep.json"]:
                     mlflow.log_artifact(str(path))
                 scored = {"best": result["best_scores"], "start": result["start_scores"]}
-                if held_out is not None:
-                    scored.update({f"validation_{kind}": result["validation"][f"{kind}_scores"] for kind in ("best", "start")})
+                for check in ("validation", "transfer"):
+                    if check in result:
+                        scored.update({f"{check}_{kind}": result[check][f"{kind}_scores"] for kind in ("best", "start")})
                 for prefix, scores in scored.items():
                     mlflow.log_metrics({metric_name(prefix, key): value for key, value in (scores or {}).items()})
     log(f"summary and plots in {out}/")

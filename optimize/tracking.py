@@ -52,6 +52,11 @@ def metric_name(system: str, key: str) -> str:
     return f"{system}.{key.replace('@', '_at_')}"
 
 
+def per_type_metrics(summary: dict) -> list[tuple[str, float]]:
+    """A summary's per-type scores as flat metric keys: ("compositional.recall@2", 81.5), ..."""
+    return [(f"{kind}.{key}", value) for kind, scores in summary.get("per_type", {}).items() for key, value in scores.items()]
+
+
 def environment() -> dict:
     versions = {}
     for package in PACKAGES:
@@ -131,7 +136,7 @@ def log_evaluation(tracking, config: dict, systems: dict[str, dict], artifacts: 
         metrics = {
             metric_name(system, key): float(value)
             for system, summary in systems.items()
-            for key, value in summary.items()
+            for key, value in [*summary.items(), *per_type_metrics(summary)]
             if isinstance(value, (int, float)) and not isinstance(value, bool)
         }
         mlflow.log_metrics(metrics)

@@ -17,7 +17,7 @@ from typing import Callable
 
 from modules.config import TUNABLES, tunable_type
 from modules.errors import HyperProveError, first_line
-from pipeline.config import READER_EVIDENCE, HyperProveConfig
+from pipeline.config import ADAPTERS, BRIDGE_REWRITES, READER_EVIDENCE, HyperProveConfig
 
 # Third-party settings the command line fixes for every command: no reaching for the network at
 # import or first use, and no progress bars of MLflow's own between ours.
@@ -32,7 +32,7 @@ LIBRARY_DEFAULTS = {
 LM_ERROR_MODULES = {"litellm", "openai", "httpx", "httpcore"}  # besides DSPy's own LMError
 
 EVALUATION_FLAGS = ("questions", "corpus", "index", "retrievers", "decomposition", "read", "limit", "out")
-SWEEP_FLAGS = ("trials", "objective", "storage", "study", "seed", "best_out", "validate")
+SWEEP_FLAGS = ("trials", "objective", "storage", "study", "seed", "best_out", "validate", "transfer_questions", "transfer_corpus")
 COMPILE_FLAGS = ("questions", "corpus", "target", "optimizer", "train", "val", "max_bootstrapped_demos", "max_labeled_demos",
                  "threshold", "auto", "budget", "prompt_lm", "seed", "out")
 
@@ -45,10 +45,11 @@ def build_config(args: argparse.Namespace) -> HyperProveConfig:
     return base.with_overrides(
         retriever={name: flag(name) for name in TUNABLES},
         index={"extractor": flag("extractor"), "embedder": flag("embedder"), "eta": flag("eta")},
-        lm={"model": flag("lm_model"), "threads": flag("lm_threads")},
+        lm={"model": flag("lm_model"), "threads": flag("lm_threads"), "adapter": flag("lm_adapter")},
         program={"max_hops": flag("max_hops"), "compiled": flag("program"), "entity_retries": flag("entity_retries"),
                  "grounded_hops": flag("grounded_hops"), "question_channel": flag("question_channel"),
-                 "reader_evidence": flag("reader_evidence"), "comparison_demos": flag("comparison_demos")},
+                 "reader_evidence": flag("reader_evidence"), "comparison_demos": flag("comparison_demos"),
+                 "bridge_rewrite": flag("bridge_rewrite")},
         evaluation={k: flag(k) for k in EVALUATION_FLAGS} if args.command in ("evaluate", "sweep") else {},
         sweep={k: flag(k) for k in SWEEP_FLAGS} if args.command == "sweep" else {},
         compile={k: flag(k) for k in COMPILE_FLAGS} if args.command == "compile" else {},
@@ -115,6 +116,7 @@ def _add_config_flags(parser: argparse.ArgumentParser, retriever: bool = True, e
             parser.add_argument(tunable.flag, type=tunable_type(name), dest=name, help=tunable.help)
     parser.add_argument("--lm", dest="lm_model", help="LiteLLM model id, e.g. openai/gpt-4o-mini (default: the embedded local model)")
     parser.add_argument("--lm-threads", type=int, help="concurrent LM requests (default: 1 for the local model, 8 for an API model)")
+    parser.add_argument("--lm-adapter", choices=list(ADAPTERS), help="prompt layout: " + "; ".join(f"{k}: {v}" for k, v in ADAPTERS.items()))
     parser.add_argument("--json", action="store_true", help="end with one JSON object")
 
 
@@ -137,6 +139,8 @@ def _add_program_flags(parser: argparse.ArgumentParser) -> None:
                         help="Decompose also shows two comparisons and is asked to keep the question's names")
     parser.add_argument("--reader-evidence", choices=list(READER_EVIDENCE),
                         help="what the final reader sees: " + "; ".join(f"{k}: {v}" for k, v in READER_EVIDENCE.items()))
+    parser.add_argument("--bridge-rewrite", choices=list(BRIDGE_REWRITES),
+                        help="how a sub-question's #k become earlier answers: " + "; ".join(f"{k}: {v}" for k, v in BRIDGE_REWRITES.items()))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -199,6 +203,8 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--seed", type=int, help="TPE seed (default 0)")
     sweep.add_argument("--best-out", help="experiment config to write with the best parameters")
     sweep.add_argument("--validate", help="held-out questions (e.g. dev) to score the best and the configured parameters on afterwards")
+    sweep.add_argument("--transfer-questions", help="held-out questions over another corpus (with --transfer-corpus): does the best setting carry over?")
+    sweep.add_argument("--transfer-corpus", help="the corpus --transfer-questions refer to")
     sweep.add_argument("--out", help="folder for sweep.json (summary, validation) and the plots")
     _add_tracking_flags(sweep, "MLflow runs")
     _add_config_flags(sweep, retriever=False)

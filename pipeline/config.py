@@ -22,6 +22,12 @@ LOCAL_MODEL_NAME = "qwen2.5-coder-1.5b-instruct-q4_k_m"  # the embedded model (p
 LOCAL_MODEL_ID = f"local/{LOCAL_MODEL_NAME}"
 
 
+ADAPTERS = {  # how prompts are laid out -> what the CLI help says
+    "chat": "DSPy's ChatAdapter: every request ends with a reminder of the output format",
+    "lean": "the same format, with that reminder once in the system message, the prefix the server's prompt cache keeps",
+}
+
+
 @dataclass
 class LMConfig:
     """Which LM answers, and how it is called."""
@@ -34,9 +40,12 @@ class LMConfig:
     local_model_dir: str = "~/.cache/hyperprove/models"  # where the 22 parts are joined once
     local_context: int = 8192  # local model: context tokens, shared by the slots
     local_cpu_threads: int = 0  # local model: compute threads (0: all cores)
+    adapter: str = "chat"  # one of ADAPTERS
 
     def __post_init__(self) -> None:
         check_types(self, "lm")
+        if self.adapter not in ADAPTERS:
+            raise HyperProveError(f"lm config: adapter={self.adapter!r} must be one of {', '.join(map(repr, ADAPTERS))}")
         if self.threads < 0 or self.max_tokens < 16 or self.local_context < 1024 or self.local_cpu_threads < 0:
             raise HyperProveError("lm config: threads >= 0, max_tokens >= 16, local_context >= 1024, local_cpu_threads >= 0")
         if not 0.0 <= self.temperature <= 2.0:
@@ -60,6 +69,11 @@ READER_EVIDENCE = {  # what the final reader (step 11) sees -> what the CLI help
     "passages-only": "the program's top 5 passages, as every peer's reader sees its own",
 }
 
+BRIDGE_REWRITES = {  # how step 5 fills a sub-question's "#k" -> what the CLI help says
+    "lm": "the BridgeRewriter asks the LM for a standalone question (one call per sub-question with a reference)",
+    "rule": "each #k is replaced by the resolved answer, no LM call",
+}
+
 
 @dataclass
 class ProgramConfig:
@@ -74,11 +88,12 @@ class ProgramConfig:
     question_channel: bool = True  # the ranking for the whole question is interleaved first with the hops' rankings
     reader_evidence: str = "facts"  # one of READER_EVIDENCE
     comparison_demos: bool = True  # Decompose also shows two comparisons and is asked to keep the question's names
+    bridge_rewrite: str = "lm"  # one of BRIDGE_REWRITES: how a sub-question's "#k" become the resolved answers (step 5)
 
     # What a recorded config without these fields ran with (records made before they existed), so
     # that reproducing an old run reruns the old program whatever today's defaults are.
     RECORDED_WITHOUT = {"entity_retries": 0, "grounded_hops": False, "question_channel": False, "reader_evidence": "facts",
-                        "comparison_demos": False}
+                        "comparison_demos": False, "bridge_rewrite": "lm"}
 
     def __post_init__(self) -> None:
         check_types(self, "program")
@@ -90,6 +105,8 @@ class ProgramConfig:
             raise HyperProveError(f"program config: entity_retries={self.entity_retries!r} must lie in [0, 5]")
         if self.reader_evidence not in READER_EVIDENCE:
             raise HyperProveError(f"program config: reader_evidence={self.reader_evidence!r} must be one of {', '.join(map(repr, READER_EVIDENCE))}")
+        if self.bridge_rewrite not in BRIDGE_REWRITES:
+            raise HyperProveError(f"program config: bridge_rewrite={self.bridge_rewrite!r} must be one of {', '.join(map(repr, BRIDGE_REWRITES))}")
 
 
 @dataclass
@@ -181,6 +198,8 @@ class SweepConfig:
     subgraph_bound: list[int] | None = None  # also sweep the local subgraph's size (step 7) in this range
     best_out: str | None = None  # experiment config to write with the best parameters
     validate: str | None = None  # held-out questions (e.g. dev) to score the best and the starting parameters on
+    transfer_questions: str | None = None  # held-out questions over another corpus (does a setting carry over?)
+    transfer_corpus: str | None = None  # the corpus transfer_questions refer to
 
     @property
     def tie_break(self) -> str | None:
@@ -198,6 +217,8 @@ class SweepConfig:
             raise HyperProveError(f"sweep config: objective={self.objective!r} must be one of {', '.join(SWEEP_OBJECTIVES)}")
         if self.trials < 1 or self.chunk < 1:
             raise HyperProveError("sweep config: trials and chunk must be >= 1")
+        if (self.transfer_questions is None) != (self.transfer_corpus is None):
+            raise HyperProveError("sweep config: transfer_questions and transfer_corpus go together (questions over another corpus)")
         for name, low_high in self.ranges.items():
             if len(low_high) != 2 or low_high[0] > low_high[1]:
                 raise HyperProveError(f"sweep config: {name}={low_high!r} must be [low, high] with low <= high")

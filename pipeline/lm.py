@@ -223,6 +223,23 @@ def configure_lm_cache(cache_dir: str | Path) -> Path:
     return directory
 
 
+class LeanChatAdapter(dspy.ChatAdapter):
+    """ChatAdapter with its output-format reminder moved from the end of every request into the
+    system message. The system message and the demonstrations are the prefix the server's prompt
+    cache reuses across calls; the request is what it computes anew each time (METHOD.md is silent
+    on prompts; issue 14 measures whether the small model still keeps the format)."""
+
+    def format_task_description(self, signature) -> str:
+        return f"{super().format_task_description(signature)}\n\n{super().user_message_output_requirements(signature)}"
+
+    def user_message_output_requirements(self, signature) -> None:
+        return None
+
+
+def make_adapter(name: str) -> dspy.ChatAdapter:
+    return LeanChatAdapter() if name == "lean" else dspy.ChatAdapter()
+
+
 def make_lm(config: LMConfig, profile: LMProfile | None = None):
     """A `dspy.LM` for the configured model; starts the embedded server when no model is given."""
     callbacks = [profile] if profile is not None else []
@@ -250,7 +267,7 @@ class LMSession:
             self.id = str(getattr(lm, "model", type(lm).__name__))
             self.lm = lm
             self.lm.callbacks = [*(getattr(lm, "callbacks", None) or []), self.profile]
-        dspy.configure(lm=self.lm)
+        dspy.configure(lm=self.lm, adapter=make_adapter(config.lm.adapter))
 
     def calls(self) -> int:
         return self.profile.calls

@@ -13,6 +13,8 @@ What the program decides where METHOD.md is silent:
 - Checks a small model needs (`ProgramConfig`; on by default, chosen on train): a decomposition that drops
   or invents a name of the question is asked for again (`entity_retries`); a hop answer its
   facts do not contain is asked for again, then replaced by a named span of them (`grounded_hops`).
+- Bridges by rule (`bridge_rewrite="rule"`): "#k" is replaced by the answer, without the LM
+  call of step 5; on train the LM's rewrite equalled the plain substitution for 76 of 85 hops.
 - Passages for Recall@k: each hop's ranked passages, interleaved rank by rank; with
   `question_channel`, the ranking for the whole question (no frontier) leads the interleaving,
   so a hop that went astray still leaves the passages the question itself points to.
@@ -77,7 +79,7 @@ class HyperProve(dspy.Module):
         retrieval_seconds = time.perf_counter() - started
         for number, sub_question in enumerate(sub_questions, start=1):
             try:
-                query = self.rewrite(sub_question=sub_question, answers=answers).query
+                query = self.rewrite(sub_question=sub_question, answers=answers, by_rule=config.bridge_rewrite == "rule").query
             except LM_FAILURES as error:
                 query = fill_references(sub_question, answers)
                 fallbacks.append(f"rewrite {number}: {error}")

@@ -15,7 +15,7 @@ CORPUS = [
     {"title": "Ohio River", "text": "The Ohio River is a tributary of the Mississippi River."},
 ]
 QUESTIONS = [{
-    "id": "q1", "question": "When did the mother of the director of Jaws die?", "answer": "2017",
+    "id": "q1", "question": "When did the mother of the director of Jaws die?", "answer": "2017", "type": "3hop1",
     "gold_passages": [0, 1, 2],
     "decomposition": [
         {"question": "Who directed Jaws?", "answer": "Steven Spielberg", "passage": 0},
@@ -81,6 +81,9 @@ def test_index_then_evaluate_every_system_in_one_tracked_run(files, capsys):
 
     results = files / "results"
     assert "| proprag | 1 |" in (results / "results.md").read_text()
+    # one question of MuSiQue's type "3hop1", reported as "3hop": its type's scores are the run's
+    assert all(s["per_type"] == {"3hop": {"n": 1, "recall@2": s["recall@2"], "recall@5": s["recall@5"]}} for s in systems.values())
+    assert "## Recall@2 by question type\n\n| system | 3hop (1) |" in (results / "results.md").read_text()
     recorded = json.loads((results / "results.json").read_text())
     assert recorded["config"]["retriever"]["top_k"] == 1 and recorded["systems"]["ppr"] == systems["ppr"]
     assert recorded["data_sha256"]["corpus"] == hashlib.sha256((files / "corpus.json").read_bytes()).hexdigest()
@@ -97,6 +100,7 @@ def test_index_then_evaluate_every_system_in_one_tracked_run(files, capsys):
     assert tracked.data.params["evaluation.retrievers"] == json.dumps(ALL_SYSTEMS.split(","))
     assert tracked.data.metrics["hyperprove.recall_at_5"] == 100.0
     assert tracked.data.metrics["ppr.recall_at_2"] == systems["ppr"]["recall@2"]
+    assert tracked.data.metrics["hyperprove.3hop.recall_at_5"] == 100.0
     assert len(tracked.data.tags["git_commit"]) == 40
     artifacts = {a.path for a in client.list_artifacts(tracked.info.run_id)}
     assert artifacts == {"results.md", "results.json", "predictions.json", "index_manifest.json", "environment.json"}
@@ -440,15 +444,24 @@ def test_compile_flags_override_the_experiment_config():
 def test_answer_path_flags_reach_the_program_config():
     from pathlib import Path
 
+    from modules.errors import HyperProveError
     from pipeline.cli import build_config, build_parser
+    from pipeline.config import LMConfig, ProgramConfig
 
     off = build_config(build_parser().parse_args(["ask", "idx", "q", "--reader-evidence", "passages-only", "--no-question-channel",
-                                                   "--entity-retries", "0", "--no-grounded-hops", "--no-comparison-demos"])).program
+                                                   "--entity-retries", "0", "--no-grounded-hops", "--no-comparison-demos",
+                                                   "--bridge-rewrite", "rule"])).program
     assert (off.reader_evidence, off.question_channel, off.entity_retries, off.grounded_hops) == ("passages-only", False, 0, False)
-    assert off.comparison_demos is False
+    assert (off.comparison_demos, off.bridge_rewrite) == (False, "rule")
     shipped = Path(__file__).resolve().parents[1] / "experiments" / "configs" / "musique-train-facts.json"
     on = build_config(build_parser().parse_args(["evaluate", "--config", str(shipped), "--question-channel", "--grounded-hops"])).program
     assert (on.reader_evidence, on.question_channel, on.entity_retries, on.grounded_hops) == ("facts", True, 0, True)
     defaults = build_config(build_parser().parse_args(["ask", "idx", "q"])).program
     assert (defaults.reader_evidence, defaults.question_channel, defaults.entity_retries, defaults.grounded_hops) == ("facts", True, 2, True)
-    assert defaults.comparison_demos is True
+    assert (defaults.comparison_demos, defaults.bridge_rewrite) == (True, "lm")
+    with pytest.raises(HyperProveError, match="bridge_rewrite='llm' must be one of 'lm', 'rule'"):
+        ProgramConfig(bridge_rewrite="llm")
+    assert build_config(build_parser().parse_args(["ask", "idx", "q", "--lm-adapter", "lean"])).lm.adapter == "lean"
+    assert build_config(build_parser().parse_args(["ask", "idx", "q"])).lm.adapter == "chat"
+    with pytest.raises(HyperProveError, match="adapter='json' must be one of 'chat', 'lean'"):
+        LMConfig(adapter="json")

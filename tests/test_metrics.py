@@ -34,3 +34,16 @@ def test_mean_percent_rounds_to_two_places():
 
     assert mean_percent([{"r": 1.0}, {"r": 0.5}, {"r": 0.0}], "r") == 50.0
     assert mean_percent([{"r": 1.0}, {"r": 0.0}, {"r": 0.0}], "r") == 33.33
+
+
+def test_questions_are_grouped_by_type_and_musique_shapes_by_hop_count():
+    from experiments.metrics import per_type, question_type
+
+    assert [question_type(t) for t in ("2hop", "3hop1", "4hop3", "compositional", "")] == ["2hop", "3hop", "4hop", "compositional", "untyped"]
+    rows = [{"id": "a", "f1": 1.0, "recall@5": 0.5}, {"id": "b", "f1": 0.0, "recall@5": 1.0}, {"id": "c", "f1": 0.25},
+            {"id": "d", "f1": 0.5, "recall@5": 0.0}]
+    types = {"a": "3hop1", "b": "3hop2", "c": "2hop"}  # "d" has none
+    assert per_type(rows, types) == {"2hop": {"n": 1, "f1": 25.0},  # no gold passages: no recall
+                                     "3hop": {"n": 2, "f1": 50.0, "recall@5": 75.0},
+                                     "untyped": {"n": 1, "f1": 50.0, "recall@5": 0.0}}
+    assert per_type(rows, {}) == {}

@@ -109,6 +109,15 @@ def test_a_failed_rewrite_falls_back_to_substitution(retriever):
     assert prediction.answer == "2017"
 
 
+def test_bridges_by_rule_make_no_rewrite_call(retriever):
+    # a script without the rewrite prompts: a rewrite call would get DummyLM's default answer
+    answers = {k: v for k, v in script().items() if not k.startswith("[[ ## sub_question")}
+    prediction, calls = run(retriever, answers, bridge_rewrite="rule")
+    assert [hop["query"] for hop in prediction.chain] == ["Who directed Jaws?", "Who was the mother of Steven Spielberg?", "When did Leah Adler die?"]
+    assert prediction.answer == "2017" and prediction.fallbacks == []
+    assert calls == 1 + 3 + 1  # decompose, three hop answers, the final answer; the LM path makes 7
+
+
 def test_a_failed_hop_answer_bridges_with_the_best_fact_and_carries_top_k(retriever):
     answers = script(**{ask("Who directed Jaws?"): {"answer": "", "supporting": []}})
     answers["[[ ## sub_question ## ]]\nWho was the mother of #1?"] = {"question": "Who was the mother of Jaws was directed by Steven Spielberg.?"}

@@ -81,6 +81,13 @@ def test_a_sweep_is_rendered_with_its_held_out_check(tmp_path):
     assert ("Held out, the best parameters' recall@5 80.00 is above the configured parameters' 79.58 (+0.42); question by question: "
             "recall@5 +0.42 (95% interval -0.42 to +1.25; 2 up, 1 down, 57 same): within noise.") in lines
     assert "Plots: [history](results/musique-sweep/history.png)." in lines
+    # a transfer check on another corpus gets its own columns and line
+    transfer = {"questions": "other/dev.json", "n_questions": 50, "start_scores": {"recall@5": 70.0, "recall@2": 50.0},
+                "best_scores": {"recall@5": 69.5, "recall@2": 50.5}}
+    lines = render_sweep({**sweep, "transfer": transfer})
+    assert lines[4].endswith("held out: 60 questions of `dev.json`; transfer: 50 questions of `other/dev.json`; commit 0123456789; MLflow run `xyz`.")
+    assert "| configured (trial 0) | 0.900 | 0.050 | 2 | 3 | 84.79 | 65.21 | 79.58 | 60.83 | 70.00 | 50.00 |" in lines
+    assert "On `other/dev.json` (another corpus), the best parameters' recall@5 69.50 is below the configured parameters' 70.00 (-0.50)." in lines
 
 
 def test_a_compiled_run_is_compared_with_the_same_setting_uncompiled():
@@ -165,3 +172,26 @@ def test_train_runs_become_one_table_of_answer_paths_per_dataset(tmp_path):
     ]
     assert table[6] == ("Commands: `hyperprove evaluate --config experiments/configs/musique-train-facts.json` (commit 0123456789); "
                         "`hyperprove evaluate --config experiments/configs/musique-train-passages-qc.json` (commit 0123456789).")
+
+
+def test_a_run_without_types_gets_them_from_its_questions_and_a_verdict_per_type(tmp_path):
+    # six questions, two types; per question Recall@2 (0-1) of the three systems
+    types = {"q0": "comparison", "q1": "comparison", "q2": "comparison", "q3": "inference", "q4": "inference", "q5": "inference"}
+    scores = {"hyperprove": [1, 1, 1, 0, 0, 0.5], "ppr": [0, 0, 0, 1, 1, 1], "dense": [1, 1, 1, 0, 0, 0]}
+    (tmp_path / "questions.json").write_text(json.dumps([{"id": q, "type": t} for q, t in types.items()]))
+    run = tmp_path / "2wiki-gold"
+    run.mkdir()
+    (run / "predictions.json").write_text(json.dumps({name: [{"id": f"q{k}", "recall@2": v} for k, v in enumerate(values)]
+                                                      for name, values in scores.items()}))
+    (run / "results.json").write_text(json.dumps({"name": "2wiki-gold", "decomposition": "gold", "questions": str(tmp_path / "questions.json"),
+                                                  "systems": {name: {"system": name, "n": 6, "recall@2": 100 * sum(v) / 6}
+                                                              for name, v in scores.items()}}))
+    assert main(["--results", str(tmp_path), "--out", str(tmp_path / "REPORT.md")]) == 0
+    report = (tmp_path / "REPORT.md").read_text()
+    assert ("### Recall@2 by question type\n\n| system | comparison (3) | inference (3) |\n|---|---:|---:|\n"
+            "| hyperprove | 100.00 | 16.67 |\n| ppr | 0.00 | 100.00 |\n| dense | 100.00 | 0.00 |\n") in report
+    # comparison: level with dense on every question (ties go to the first peer listed); inference: -100, -100, -50, so
+    # a resample's mean is -100 with probability (2/3)^3 = 30% and -50 with (1/3)^3 = 3.7%: both ends sit on those masses
+    assert "- comparison: hyperprove 100.00 against ppr 0.00" not in report
+    assert "- comparison: hyperprove 100.00 against dense 100.00 (recall@2 +0.00 (95% interval +0.00 to +0.00; 0 up, 0 down, 3 same): within noise)." in report
+    assert "- inference: hyperprove 16.67 against ppr 100.00 (recall@2 -83.33 (95% interval -100.00 to -50.00; 0 up, 3 down, 0 same): worse)." in report

@@ -60,6 +60,8 @@ def test_bad_sweep_config_is_named():
         SweepConfig(objective="ndcg")
     with pytest.raises(HyperProveError, match=r"theta=\[0.5, 0.1\] must be \[low, high\]"):
         SweepConfig(theta=[0.5, 0.1])
+    with pytest.raises(HyperProveError, match="transfer_questions and transfer_corpus go together"):
+        SweepConfig(transfer_questions="dev.json")
 
 
 def test_the_sweep_command_tracks_trials_and_writes_the_best_config(tmp_path, capsys):
@@ -76,7 +78,10 @@ def test_the_sweep_command_tracks_trials_and_writes_the_best_config(tmp_path, ca
     argv = ["sweep", "--questions", tmp_path / "questions.json", "--corpus", tmp_path / "corpus.json", "--embedder", "test-hash",
             "--trials", "3", "--storage", f"sqlite:///{tmp_path}/optuna.db", "--study", "toy", "--cache-dir", tmp_path / "cache",
             "--best-out", tmp_path / "best.json", "--tracking-uri", uri, "--validate", tmp_path / "questions.json",
-            "--out", tmp_path / "sweep", "--json"]
+            "--out", tmp_path / "sweep", "--transfer-questions", tmp_path / "questions.json",
+            "--transfer-corpus", tmp_path / "other" / "corpus.json", "--json"]
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "corpus.json").write_text(json.dumps(CORPUS))
     assert main([str(a) for a in argv], make_runtime=lambda config: Runtime(config, embedder=HashEmbedder())) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["complete"] + result["pruned"] == 3 and result["trials"] == 3
@@ -88,6 +93,10 @@ def test_the_sweep_command_tracks_trials_and_writes_the_best_config(tmp_path, ca
     # the paired difference is best minus configured, over the same questions either way
     difference = result["difference"]
     assert validation["difference"] == difference and difference["metric"] == "recall@5"
+    # the transfer check indexes its own corpus (here a copy, so it scores what the sweep's questions did)
+    transfer = result["transfer"]
+    assert transfer["corpus"] == str(tmp_path / "other" / "corpus.json") and transfer["n_questions"] == len(QUESTIONS)
+    assert (transfer["start_scores"], transfer["best_scores"], transfer["difference"]) == (result["start_scores"], result["best_scores"], difference)
     assert difference["up"] + difference["down"] + difference["same"] == len(QUESTIONS)
     assert difference["mean"] == pytest.approx(result["best_scores"]["recall@5"] - result["start_scores"]["recall@5"], abs=0.011)
     assert set(result["best_scores"]) == {"recall@5", "recall@2"}
@@ -98,6 +107,7 @@ def test_the_sweep_command_tracks_trials_and_writes_the_best_config(tmp_path, ca
     client = MlflowClient(tracking_uri=uri)
     parent = client.get_run(result["mlflow_run"])
     assert parent.data.tags["hyperprove.kind"] == "sweep" and parent.data.metrics["best.recall_at_5"] == result["best_scores"]["recall@5"]
+    assert parent.data.metrics["transfer_start.recall_at_5"] == result["start_scores"]["recall@5"]
     children = client.search_runs([parent.info.experiment_id], f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
     assert sorted(run.info.run_name for run in children) == ["trial-0", "trial-1", "trial-2"]
     assert client.search_runs([parent.info.experiment_id], "attributes.run_name = 'trial-0'")[0].data.params == {
