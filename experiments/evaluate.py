@@ -18,7 +18,7 @@ from typing import Callable
 from modules.errors import HyperProveError
 from pipeline.config import HyperProveConfig
 
-RESULT_FILES = ("results.md", "results.json", "predictions.json", "index_manifest.json", "program.json")
+RESULT_FILES = ("results.md", "results.json", "predictions.json", "index_manifest.json", "program.json", "pages")
 Track = Callable[[dict, dict, dict], "str | None"]  # (result files, summaries, tags) -> the id of the run that logged them
 
 
@@ -115,7 +115,8 @@ def run_evaluation(config: HyperProveConfig, runtime=None, tags: dict | None = N
     results = evaluate_systems(names, questions, bench, run.decomposition, run.read, session.profile.snapshot if session else dict,
                                finished=finished, on_result=keep)
     lm_tags = {"hyperprove.lm": lm_id} if session else {}
-    outcome = record_evaluation(config, results, out, header, index_manifest, {**source, **lm_tags, **(tags or {})}, log, track)
+    outcome = record_evaluation(config, results, out, header, index_manifest, {**source, **lm_tags, **(tags or {})}, log, track,
+                                pages=(questions, [passage.title for passage in passages]))
     shutil.rmtree(partial, ignore_errors=True)
     return outcome
 
@@ -168,9 +169,13 @@ def results_header(config: HyperProveConfig, n_questions: int, lm_id: str | None
 
 
 def record_evaluation(config: HyperProveConfig, results: dict, out: Path, header: dict, index_manifest: dict | None,
-                      tags: dict, log: Callable[[str], None] = print, track: Track | None = None) -> dict:
+                      tags: dict, log: Callable[[str], None] = print, track: Track | None = None,
+                      pages: tuple[list, list[str]] | None = None) -> dict:
     """Write the results folder (atomically, as a whole) and print the table; `track` sees the
-    files first. `header` (from `results_header`) carries the git state taken when the run started."""
+    files first. `header` (from `results_header`) carries the git state taken when the run started;
+    with `pages` (the questions and the passage titles), systems that answered get an
+    evidence-chain page per question in `pages/`."""
+    from experiments.failures import write_pages
     from experiments.harness import results_table, write_results
     from pipeline.files import atomic_directory, atomic_write_bytes, atomic_write_json, read_json
 
@@ -182,6 +187,8 @@ def record_evaluation(config: HyperProveConfig, results: dict, out: Path, header
         if index_manifest is not None:
             paths["index_manifest"] = scratch / "index_manifest.json"
             atomic_write_json(paths["index_manifest"], index_manifest)
+        if pages is not None and write_pages(scratch / "pages", {name: r.rows for name, r in results.items()}, *pages):
+            paths["pages"] = scratch / "pages"
         if compiled:  # the compiled program travels with the results (and into the MLflow run)
             paths["program"] = scratch / "program.json"
             atomic_write_bytes(paths["program"], Path(compiled).read_bytes())
@@ -190,5 +197,5 @@ def record_evaluation(config: HyperProveConfig, results: dict, out: Path, header
             if outcome["mlflow_run"]:
                 atomic_write_json(paths["results"], {**read_json(paths["results"], "results"), "mlflow_run": outcome["mlflow_run"]})
     log(results_table([r.summary for r in results.values()]).rstrip())
-    log(f"results, predictions and the index manifest in {out}/")
+    log(f"results, predictions, {'evidence-chain pages (pages/index.html), ' if 'pages' in paths else ''}the index manifest in {out}/")
     return outcome

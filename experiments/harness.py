@@ -25,6 +25,7 @@ from typing import Callable, Sequence
 
 from experiments.data import Question
 from experiments.gold import DensePassageSearch, evaluate_ranker, gold_sub_queries, hyperprove_chain
+from experiments.failures import failure_summary, failure_table, page_link
 from experiments.metrics import per_type
 from modules.errors import HyperProveError
 from modules.retriever import interleave_passages
@@ -204,6 +205,8 @@ def evaluate_systems(
             program_passages = {row["question"]: row["passages"] for row in rows}
         if types:
             summary = {**summary, "per_type": per_type(rows, types)}
+        if failures := failure_summary(rows, questions):
+            summary = {**summary, "failures": failures}
         results[name] = SystemResult(name, {"system": name, **summary}, rows)
         if on_result is not None:
             on_result(results)
@@ -300,7 +303,8 @@ def write_results(directory: str | Path, header: dict, results: dict[str, System
     summaries = [r.summary for r in results.values()]
     title = f"# {header.get('name', 'evaluation')}\n\n{header.get('description', '')}\n\n".replace("\n\n\n", "\n\n")
     paths = {"table": directory / "results.md", "results": directory / "results.json", "predictions": directory / "predictions.json"}
-    atomic_write_bytes(paths["table"], (title + results_table(summaries) + per_type_tables(summaries) + lm_steps_tables(summaries)).encode())
+    atomic_write_bytes(paths["table"], (title + results_table(summaries) + per_type_tables(summaries) + failure_table(summaries, page_link())
+                                              + lm_steps_tables(summaries)).encode())
     atomic_write_json(paths["results"], {**header, "systems": {r.name: r.summary for r in results.values()}})
     atomic_write_json(paths["predictions"], {r.name: r.rows for r in results.values()})
     return paths

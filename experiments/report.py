@@ -27,6 +27,8 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
 from experiments.harness import SYSTEMS, TYPE_SCORES, per_type_tables, results_table  # noqa: E402
+from experiments.data import load_questions  # noqa: E402
+from experiments.failures import failure_summary, failure_table, page_link  # noqa: E402
 from experiments.metrics import per_type, question_type  # noqa: E402
 from experiments.stats import describe_difference, paired_difference  # noqa: E402
 from modules.config import TUNABLES  # noqa: E402
@@ -66,7 +68,8 @@ def load_runs(directory: Path) -> list[dict]:
 
 
 OURS = ("hyperprove", "hyperprove-fixed", "hyperprove-passages")  # never "the best peer"
-COMPARED = (("recall@5", "Recall@5", ("hyperprove", "hyperprove-fixed")), ("f1", "F1", ("hyperprove", "hyperprove-passages")))
+COMPARED = (("recall@5", "Recall@5", ("hyperprove", "hyperprove-fixed")), ("recall@2", "Recall@2", ("hyperprove", "hyperprove-fixed")),
+            ("f1", "F1", ("hyperprove", "hyperprove-passages")))
 
 
 def verdict(run: dict) -> list[str]:
@@ -80,7 +83,7 @@ def verdict(run: dict) -> list[str]:
         if not peers or not ours:
             continue
         best = max(peers, key=peers.get)
-        for name in ours[:1] if metric == "recall@5" else ours:
+        for name in ours[:1] if metric.startswith("recall") else ours:
             gap = systems[name][metric] - peers[best]
             relative = f" ({100 * gap / peers[best]:+.1f}% relative)" if peers[best] else ""
             sentence = f"{label}: {name} {systems[name][metric]:.2f} against the best peer, {best} {peers[best]:.2f}: {gap:+.2f}{relative}"
@@ -180,6 +183,29 @@ def paired(run: dict, system: str, other_run: dict, other_system: str, metric: s
     return paired_difference(rows, others, metric)
 
 
+def paired_table(run: dict) -> list[str]:
+    """HyperProve minus every other system of the run, question by question, on each score the
+    run has (F1, Recall@2, Recall@5): the mean difference and its paired bootstrap 95% interval."""
+    systems = run["systems"]
+    ours = next((name for name in ("hyperprove", "hyperprove-fixed") if name in systems), None)
+    scores = [(key, label) for key, label in (("f1", "F1"), ("recall@2", "R@2"), ("recall@5", "R@5"))
+              if ours and systems[ours].get(key) is not None]
+    lines = []
+    for other in [name for name in systems if name != ours] if scores else []:
+        cells = []
+        for key, _ in scores:
+            difference = paired(run, ours, run, other, key) if systems[other].get(key) is not None else None
+            cells.append("–" if difference is None else
+                         "{:+.2f} [{:+.2f}, {:+.2f}]".format(difference["mean"], *difference["interval95"]))
+        if any(cell != "–" for cell in cells):
+            lines.append(f"| {other} | " + " | ".join(cells) + " |")
+    if not lines:
+        return []
+    head = [f"{ours} minus each system, question by question (mean difference [paired bootstrap 95% interval]):", "",
+            f"| {ours} minus | " + " | ".join(label for _, label in scores) + " |", "|---|" + "---:|" * len(scores)]
+    return head + lines + [""]
+
+
 def question_types(run: dict) -> dict[str, str]:
     """Question id -> type, from the questions file the run names ({} when it is not here)."""
     path = ROOT / run.get("questions", "")
@@ -190,16 +216,34 @@ def question_types(run: dict) -> dict[str, str]:
 
 
 def typed_summaries(run: dict) -> list[dict]:
-    """The run's summaries with `per_type`; a run recorded before types were counted gets them
-    from its predictions and its questions file."""
-    types = None
+    """The run's summaries with `per_type` and, where systems answered, `failures`; a run recorded
+    before these were counted gets them from its predictions and its questions file."""
+    types, questions = None, None
     summaries = []
     for name, summary in run["systems"].items():
-        if "per_type" not in summary and (rows := system_rows(run, name)):
+        rows = system_rows(run, name) if "per_type" not in summary or ("failures" not in summary and summary.get("f1") is not None) else None
+        if rows and "per_type" not in summary:
             types = question_types(run) if types is None else types
             summary = {**summary, "per_type": per_type(rows, types)}
+        if rows and "failures" not in summary and summary.get("f1") is not None:
+            questions = run_questions(run) if questions is None else questions
+            if {row["id"] for row in rows} <= {question.id for question in questions}:
+                summary = {**summary, "failures": failure_summary(rows, questions)}
         summaries.append(summary)
     return summaries
+
+
+def run_questions(run: dict) -> list:
+    """The run's questions (with their gold steps), from the file it names ([] when it is not here)."""
+    path = ROOT / run.get("questions", "")
+    return load_questions(path) if run.get("questions") and path.is_file() else []
+
+
+def pages_link(run: dict, report_dir: Path):
+    """A question's page of a system, relative to the report, where the run wrote one."""
+    folder = Path(run.get("results_dir", "")) / "pages"
+    link = page_link(os.path.relpath(folder, report_dir))
+    return lambda system, question_id: link(system, question_id) if (report_dir / link(system, question_id)).is_file() else None
 
 
 def type_verdicts(run: dict, summaries: Sequence[dict]) -> list[str]:
@@ -317,7 +361,7 @@ def render_choices(runs: Sequence[dict]) -> list[str]:
     return lines
 
 
-def render(runs: list[dict], sweeps: Sequence[tuple[dict, list[str]]] = ()) -> str:
+def render(runs: list[dict], sweeps: Sequence[tuple[dict, list[str]]] = (), report_dir: Path = ROOT / "experiments") -> str:
     lines = [
         "# HyperProve benchmark report",
         "",
@@ -341,10 +385,14 @@ def render(runs: list[dict], sweeps: Sequence[tuple[dict, list[str]]] = ()) -> s
         judged = verdict(run)
         if judged:
             lines += [*judged, ""]
+        lines += paired_table(run)
         summaries = typed_summaries(run)
         tables = per_type_tables(summaries).replace("\n## ", "\n### ")
         if tables:
             lines += [tables.strip(), "", *type_verdicts(run, summaries)]
+        failures = failure_table(summaries, pages_link(run, report_dir)).replace("\n## ", "\n### ")
+        if failures:
+            lines += [failures.strip(), ""]
         lines += compiled_program(run, runs)
     choices = [run for run in runs if is_choice(run)]
     if choices:
@@ -370,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
     if not runs:
         print(f"error: no results.json under {args.results}", file=sys.stderr)
         return 2
-    atomic_write_bytes(Path(args.out), render(runs, sweeps).encode())
+    atomic_write_bytes(Path(args.out), render(runs, sweeps, report_dir).encode())
     print(f"{args.out}: {len(runs)} evaluate runs, {len(sweeps)} sweeps")
     return 0
 

@@ -141,7 +141,10 @@ def log_evaluation(tracking, config: dict, systems: dict[str, dict], artifacts: 
         }
         mlflow.log_metrics(metrics)
         for path in artifacts.values():
-            mlflow.log_artifact(str(path))
+            if path.is_dir():  # the evidence-chain pages, as a folder of the run's artifacts
+                mlflow.log_artifacts(str(path), artifact_path=path.name)
+            else:
+                mlflow.log_artifact(str(path))
         mlflow.log_dict(environment(), "environment.json")
         return active_run_id(mlflow)
 

@@ -70,7 +70,7 @@ def cmd_ask(args, make_runtime) -> dict:
     from pipeline.program import ask
 
     config = build_config(args)
-    return ask(config, args.index, args.question, make_runtime(config), profile=args.profile)
+    return ask(config, args.index, args.question, make_runtime(config), profile=args.profile, html=args.html)
 
 
 def calls(target: str) -> Callable:
@@ -157,6 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("index", help="index directory (from `hyperprove index`)")
     ask.add_argument("question")
     ask.add_argument("--profile", action="store_true", help="print what each LM step cost: calls, prompt tokens (and those the server's prompt cache served), generated tokens, seconds")
+    ask.add_argument("--html", metavar="FILE", help="also write the evidence chain as a self-contained HTML page")
     _add_config_flags(ask)
     _add_program_flags(ask)
     ask.set_defaults(run=cmd_ask)

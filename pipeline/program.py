@@ -188,15 +188,20 @@ def answer_record(question: str, prediction: dspy.Prediction) -> dict:
     return {"question": question, "answer": prediction.answer, "chain": prediction.chain, "fallbacks": prediction.fallbacks}
 
 
-def ask(config, index_directory: str, question: str, runtime=None, log=print, profile: bool = False) -> dict:
-    """Answer one question over a saved index with the program of `config`; logs the chain, and
-    with `profile` what each LM step cost (calls, tokens, tokens from the prompt cache, seconds)."""
+def ask(config, index_directory: str, question: str, runtime=None, log=print, profile: bool = False, html: str | None = None) -> dict:
+    """Answer one question over a saved index with the program of `config`; logs the chain, with
+    `profile` what each LM step cost (calls, tokens, tokens from the prompt cache, seconds), and
+    with `html` writes the chain as an evidence-chain page to that file."""
+    from pipeline.files import atomic_write_bytes
     from pipeline.index import load_index
     from pipeline.lm import profile_delta, profile_table
+    from pipeline.pages import chain_page
     from pipeline.runtime import Runtime
 
     if not question.strip():
         raise HyperProveError("the question is empty")
+    if html and Path(html).is_dir():
+        raise HyperProveError(f"--html {html}: is a folder; name the page file to write")
     runtime = runtime or Runtime(config)
     program = program_for(None, config)  # a bad --program fails before the index and the LM load
     index = load_index(index_directory, expect_embedder=config.index.embedder)
@@ -211,5 +216,9 @@ def ask(config, index_directory: str, question: str, runtime=None, log=print, pr
     log(f"A: {prediction.answer}")
     if profile:
         log(profile_table(steps).rstrip())
-    return {**answer_record(question, prediction), "lm": session.id, "lm_calls": sum(cost["calls"] for cost in steps.values()),
-            "lm_steps": steps, "seconds": seconds}
+    record = {**answer_record(question, prediction), "passages": list(prediction.passages), "lm": session.id,
+              "lm_calls": sum(cost["calls"] for cost in steps.values()), "lm_steps": steps, "seconds": seconds}
+    if html:
+        atomic_write_bytes(Path(html), chain_page(record, [passage.title for passage in index.passages]).encode())
+        log(f"evidence chain: {html}")
+    return record

@@ -5,7 +5,9 @@ import json
 
 import pytest
 
+from experiments.failures import STAGES
 from pipeline.cli import main
+from tests.test_pages import Page
 
 CORPUS = [
     {"title": "Jaws (film)", "text": "Jaws is a 1975 thriller film directed by Steven Spielberg."},
@@ -165,6 +167,14 @@ def test_ask_prints_the_chain_and_ends_with_json(files, capsys, scripted_cli):
     assert lines[-2] == "A: Leah Adler"
     result = json.loads(lines[-1])
     assert result["answer"] == "Leah Adler" and result["lm_calls"] == 5
+    # --html writes the same chain as a page
+    code, out, _ = run_scripted(capsys, scripted_cli, "ask", files / "idx", "Who was the mother of the director of Jaws?", "--embedder", "test-hash",
+                                "--html", files / "chain.html")
+    assert code == 0 and f"evidence chain: {files / 'chain.html'}" in out
+    page = Page((files / "chain.html").read_text())
+    assert page.classes["hop-answer"] == ["Steven Spielberg", "Leah Adler"] and page.classes["query"] == ["Who was the mother of Steven Spielberg?"]
+    code, _, err = run_scripted(capsys, scripted_cli, "ask", files / "idx", "Who?", "--embedder", "test-hash", "--html", files)
+    assert code == 2 and err == f"error: --html {files}: is a folder; name the page file to write\n"
     assert {step: cost["calls"] for step, cost in result["lm_steps"].items()} == {"Decomposer": 1, "BridgeRewriter": 1, "HopAnswerer": 2, "AnswerGenerator": 1}
     assert [hop["answer"] for hop in result["chain"]] == ["Steven Spielberg", "Leah Adler"]
     assert result["chain"][1]["frontier_in"] == result["chain"][0]["supporting"]
@@ -247,6 +257,14 @@ def test_evaluate_with_the_lm_runs_the_program_first_and_reads_every_system(file
     assert predictions["dense-iterative"][0]["passages"] == interleave_passages([search(q) for q in queries])[:5]
     table = (tmp_path / "results" / "results.md").read_text()
     assert "| hyperprove | 1 | " in table and "## hyperprove: LM steps, per question" in table and "| HopAnswerer | 2 | 0 |" in table
+    # every answer right, so no stage failed; an evidence-chain page per system and question, with indexes
+    assert systems["hyperprove"]["failures"] == {"right": 1, **{stage: {"n": 0, "examples": []} for stage in STAGES}}
+    assert "| hyperprove | 1 | 0 | 0 | 0 | 0 |" in table
+    pages = tmp_path / "results" / "pages"
+    assert sorted(p.name for p in pages.iterdir()) == ["dense", "dense-iterative", "hyperprove", "hyperprove-passages", "index.html"]
+    page = Page((pages / "hyperprove" / "q1.html").read_text())
+    assert [i for i in page.ids if i.startswith("hop-") and "fact" not in i] == ["hop-1", "hop-2"]
+    assert page.classes["hop-answer"] == ["Steven Spielberg", "Leah Adler"] and page.classes["right"] == ["(right)"]
     # With --no-read the baselines only rank: no reader calls, the same passages.
     code, out, _ = run_scripted(capsys, scripted_cli, "evaluate", "--questions", files / "questions.json", "--corpus", files / "corpus.json",
                        "--retriever", "dense-iterative,hyperprove", "--decomposition", "lm", "--no-read",
@@ -410,7 +428,8 @@ def test_compile_decompose_then_evaluate_and_reproduce_with_the_compiled_program
     results = json.loads((tmp_path / "first" / "results.json").read_text())
     assert results["program_sha256"] == hashlib.sha256(program.read_bytes()).hexdigest()
     assert results["config"]["program"]["compiled"] == str(program)
-    assert "program.json" in {a.path for a in client.list_artifacts(first["mlflow_run"])}
+    assert {"program.json", "pages"} <= {a.path for a in client.list_artifacts(first["mlflow_run"])}
+    assert {a.path for a in client.list_artifacts(first["mlflow_run"], "pages/hyperprove")} == {"pages/hyperprove/index.html", "pages/hyperprove/q1.html"}
     from experiments.report import compiled_program
 
     assert compiled_program(results)[0].startswith(f"Program: `{program}`, compiled by `hyperprove compile` (decompose with bootstrap, "

@@ -2,7 +2,7 @@
 
 import json
 
-from experiments.report import load_runs, main, verdict
+from experiments.report import load_runs, main, paired_table, verdict
 
 
 def test_verdict_compares_hyperprove_with_the_best_peer():
@@ -29,6 +29,13 @@ def test_verdict_names_the_paired_interval_and_compares_f1_under_the_same_reader
                         "+70.00 to +100.00 (up on 9 questions, down on 0, level on 1), so ahead.")
     assert lines[2] == ("F1: hyperprove-passages 5.00 against the best peer, ppr 5.00: +0.00 (+0.0% relative); paired bootstrap "
                         "95% interval +0.00 to +0.00 (up on 0 questions, down on 0, level on 10), so not told apart.")
+    # every system against hyperprove; against dense the differences are 100 on nine questions and 50 on one: a
+    # resample's mean is 100 - 5K with the same K, so the interval is +85 (K = 3) to +100 (K = 0)
+    assert paired_table({"systems": systems, "results_dir": str(tmp_path)})[2:] == [
+        "| hyperprove minus | F1 | R@5 |", "|---|---:|---:|",
+        "| hyperprove-passages | +90.00 [+70.00, +100.00] | +0.00 [+0.00, +0.00] |",
+        "| ppr | +90.00 [+70.00, +100.00] | +0.00 [+0.00, +0.00] |",
+        "| dense | +95.00 [+85.00, +100.00] | +0.00 [+0.00, +0.00] |", ""]
 
 
 def test_report_orders_runs_and_renders_each(tmp_path):
