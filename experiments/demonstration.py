@@ -40,13 +40,17 @@ def run_demo(config, runtime=None, log: Callable[[str], None] = print) -> dict:
     answers = []
     for number, question in enumerate(questions, start=1):
         asked = time.perf_counter()
-        prediction = program(question.question)
+        with runtime.question_trace(question.question) as finish:
+            prediction = program(question.question)
+            finish(prediction.answer, prediction.fallbacks, {"gold_answer": question.answer})
         correct = bool(exact_match(prediction.answer, [question.answer, *question.answer_aliases]))
         log(f"\n[{number}/{len(questions)}] {question.question}")
         log("\n".join(format_chain(prediction)))
         log(f"A: {prediction.answer}   (gold: {question.answer}{'' if correct else ', not matched'}; {time.perf_counter() - asked:.0f} s)")
         answers.append({**answer_record(question.question, prediction), "gold": question.answer, "exact_match": correct})
     seconds = time.perf_counter() - started
+    if runtime.traces_started:
+        log(f"{runtime.traces.close()} question traces in MLflow experiment {config.tracking.experiment!r} (`hyperprove ui` shows them)")
     log(f"\ndemo done in {seconds:.0f} s, {session.calls()} LM calls; run it again and the caches make it fast")
     return {"answers": answers, "index": index.counts(), "lm": session.id, "lm_calls": session.calls(), "seconds": round(seconds, 2)}
 

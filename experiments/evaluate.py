@@ -113,7 +113,7 @@ def run_evaluation(config: HyperProveConfig, runtime=None, tags: dict | None = N
             write_results(scratch, {**header, "complete": False}, results)
 
     results = evaluate_systems(names, questions, bench, run.decomposition, run.read, session.profile.snapshot if session else dict,
-                               finished=finished, on_result=keep)
+                               finished=finished, on_result=keep, trace=runtime.question_trace if track is not None else None)
     lm_tags = {"hyperprove.lm": lm_id} if session else {}
     outcome = record_evaluation(config, results, out, header, index_manifest, {**source, **lm_tags, **(tags or {})}, log, track,
                                 pages=(questions, [passage.title for passage in passages]))

@@ -162,10 +162,12 @@ def evaluate_systems(
     progress: bool = True,
     finished: dict[str, SystemResult] | None = None,
     on_result: Callable[[dict[str, SystemResult]], None] | None = None,
+    trace: Callable | None = None,
 ) -> dict[str, SystemResult]:
     """Run each system on the questions; results in the order the names were given. Systems in
     `finished` (an interrupted run's) are taken as they are; `on_result` sees the results so far
-    after each system, so a long run can keep them."""
+    after each system, so a long run can keep them; every question that calls the LM runs in
+    `trace(question, system)` (`Runtime.question_trace`) when one is given."""
     from experiments.qa import evaluate_program
 
     if decomposition not in ("gold", "lm"):
@@ -189,7 +191,7 @@ def evaluate_systems(
         if name in (finished or {}):
             summary, rows = finished[name].summary, finished[name].rows
         elif name == "hyperprove" and decomposition == "lm":
-            summary, rows = evaluate_program(questions, bench.program(), lm_usage, progress=label)
+            summary, rows = evaluate_program(questions, bench.program(), lm_usage, progress=label, trace=trace, system=name)
         elif read and decomposition == "lm":
             if name == "dense-iterative":
                 search = _iterative_search(bench.dense, sub_queries)
@@ -197,7 +199,7 @@ def evaluate_systems(
                 search = lambda question: program_passages.get(question, [])  # noqa: E731 - the program's own top passages
             else:
                 search = bench.search(name)
-            summary, rows = evaluate_program(questions, bench.reader(search), lm_usage, progress=label)
+            summary, rows = evaluate_program(questions, bench.reader(search), lm_usage, progress=label, trace=trace, system=name)
         else:
             summary, rows = evaluate_ranker(questions, _ranker(bench, name, decomposition, sub_queries), progress=label)
         if name == "hyperprove" and decomposition == "lm":  # what the systems after the program read

@@ -15,10 +15,12 @@ import dspy
 import numpy as np
 
 from experiments.data import Question
+from experiments.failures import reached
 from experiments.metrics import exact_match, f1_score, mean_percent, recall_at_k
 from modules.errors import HyperProveError
 from modules.facts import Passage
 from modules.steps import AnswerGenerator, evidence_line
+from pipeline.runtime import no_trace
 
 
 class PassageReader(dspy.Module):
@@ -64,15 +66,25 @@ def lm_cost_summary(rows: Sequence[dict]) -> dict:
             "lm_steps": per_question}
 
 
+def trace_tags(question: Question, row: dict) -> dict:
+    """What a question's trace is tagged with, so that the MLflow UI can filter the failures."""
+    return {"question_id": question.id, "gold_answer": question.answer, "em": row["em"], "f1": round(row["f1"], 4),
+            "gold_passages": list(question.gold_passages), "gold_reached": set(question.gold_passages) <= reached(row)}
+
+
 def evaluate_program(
     questions: Sequence[Question],
     program: Callable[[str], dspy.Prediction],
     lm_usage: Callable[[], dict] = dict,
     ks: Sequence[int] = (2, 5),
     progress: str | None = None,
+    trace: Callable | None = None,
+    system: str = "hyperprove",
 ) -> tuple[dict, list[dict]]:
     """Run the program on every question; mean EM/F1 (0-100), Recall@k, seconds, and what the LM
-    steps cost each (`lm_usage()` is a `pipeline.lm.LMProfile` snapshot: step -> StepCost)."""
+    steps cost each (`lm_usage()` is a `pipeline.lm.LMProfile` snapshot: step -> StepCost).
+    `trace(question, system)` (`Runtime.question_trace`) is the context each question runs in:
+    its MLflow trace, tagged with the question's gold and scores."""
     from tqdm import tqdm
 
     from pipeline.lm import profile_delta
@@ -83,18 +95,20 @@ def evaluate_program(
     for question in tqdm(questions, desc=progress, unit="question", disable=progress is None):
         usage_before, started = lm_usage(), time.perf_counter()
         row = {"id": question.id, "question": question.question, "gold_answer": question.answer}
-        try:
-            prediction = program(question.question)
-            row.update(answer=prediction.answer, passages=list(prediction.passages)[: max(ks)],
-                       chain=prediction.chain, fallbacks=prediction.fallbacks,
-                       retrieval_seconds=round(float(prediction.get("retrieval_seconds", 0.0)), 6))
-        except Exception as error:  # noqa: BLE001 - one question must not stop the batch
-            row.update(answer="", passages=[], chain=[], fallbacks=[], error=f"{type(error).__name__}: {error}")
-        golds = [question.answer, *question.answer_aliases]
-        row["em"] = float(exact_match(row["answer"], golds))
-        row["f1"] = float(f1_score(row["answer"], golds))
-        if question.gold_passages:
-            row.update({f"recall@{k}": recall_at_k(row["passages"], question.gold_passages, k) for k in ks})
+        with (trace or no_trace)(question.question, system) as finish:
+            try:
+                prediction = program(question.question)
+                row.update(answer=prediction.answer, passages=list(prediction.passages)[: max(ks)],
+                           chain=prediction.chain, fallbacks=prediction.fallbacks,
+                           retrieval_seconds=round(float(prediction.get("retrieval_seconds", 0.0)), 6))
+            except Exception as error:  # noqa: BLE001 - one question must not stop the batch
+                row.update(answer="", passages=[], chain=[], fallbacks=[], error=f"{type(error).__name__}: {error}")
+            golds = [question.answer, *question.answer_aliases]
+            row["em"] = float(exact_match(row["answer"], golds))
+            row["f1"] = float(f1_score(row["answer"], golds))
+            if question.gold_passages:
+                row.update({f"recall@{k}": recall_at_k(row["passages"], question.gold_passages, k) for k in ks})
+            finish(row["answer"], row["fallbacks"], trace_tags(question, row))
         row["seconds"] = round(time.perf_counter() - started, 3)
         steps = profile_delta(lm_usage(), usage_before)
         row["lm_calls"] = sum(cost.calls for cost in steps.values())

@@ -149,6 +149,59 @@ def log_evaluation(tracking, config: dict, systems: dict[str, dict], artifacts: 
         return active_run_id(mlflow)
 
 
+class QuestionTraces:
+    """One MLflow trace per question that the LM answers (`ask`, `demo`, LM `evaluate`).
+
+    DSPy's autolog gives the spans: each module of the program (Decomposer, BridgeRewriter,
+    HypergraphRetriever with its own trace in its outputs: seeds, frontier, subgraph size and
+    edges, candidates, scored facts, passages; HopAnswerer, AnswerGenerator) and under them
+    every LM call with its prompt, output and token usage. A root span per question holds them,
+    the fallbacks become its events, and `evaluate` tags the trace with the question id, the
+    gold answer, EM/F1 and whether the gold passages were reached, so the UI can filter failures.
+    """
+
+    def __init__(self, tracking):
+        import mlflow.dspy
+
+        self.mlflow = connect(tracking)
+        try:
+            self.mlflow.set_experiment(experiment_id=experiment_id(self.mlflow, tracking))
+        except Exception as error:  # noqa: BLE001 - any store failure is one line for the user
+            raise HyperProveError(f"tracking store {tracking.uri}: {type(error).__name__}: {first_line(error)}") from None
+        mlflow.dspy.autolog(log_traces=True, log_traces_from_compile=False, log_traces_from_eval=False, silent=True)
+        self.ids: list[str] = []
+
+    @contextmanager
+    def question(self, text: str, system: str = "hyperprove"):
+        """The trace of one question; yields `finish(answer, fallbacks, tags)` to record its outcome."""
+        from mlflow.entities import SpanEvent
+
+        with self.mlflow.start_span(name=system, span_type="CHAIN") as root:
+            root.set_inputs({"question": text})
+
+            def finish(answer: str, fallbacks=(), tags: dict | None = None) -> None:
+                root.set_outputs({"answer": answer})
+                for note in fallbacks:
+                    root.add_event(SpanEvent("fallback", attributes={"note": note}))
+                self.mlflow.update_current_trace(tags={"hyperprove.system": system, **{k: str(v) for k, v in (tags or {}).items()}})
+
+            yield finish
+        self.ids.append(root.trace_id)
+
+    def close(self, run_id: str | None = None) -> int:
+        """Write what is still queued, link the traces to the run that logged the results, and
+        turn autolog off again; returns the number of traces."""
+        import mlflow.dspy
+
+        self.mlflow.flush_trace_async_logging()
+        if run_id:
+            client = self.mlflow.tracking.MlflowClient()
+            for start in range(0, len(self.ids), 100):
+                client.link_traces_to_run(self.ids[start:start + 100], run_id)
+        mlflow.dspy.autolog(disable=True)
+        return len(self.ids)
+
+
 def run_tracked_evaluation(config, runtime=None, tags: dict | None = None, check_index=None, log=print) -> dict:
     """`hyperprove evaluate`: `experiments.evaluate.run_evaluation`, with its result files logged
     as one MLflow run (unless tracking is off) before they are moved into place."""
@@ -159,7 +212,14 @@ def run_tracked_evaluation(config, runtime=None, tags: dict | None = None, check
         log(f"MLflow run {run_id} in {config.tracking.uri} (experiment {config.tracking.experiment!r}; `hyperprove ui` shows it)")
         return run_id
 
-    return run_evaluation(config, runtime, tags, check_index, log, track if config.tracking.enabled else None)
+    from pipeline.runtime import Runtime
+
+    runtime = runtime or Runtime(config)
+    outcome = run_evaluation(config, runtime, tags, check_index, log, track if config.tracking.enabled else None)
+    if runtime.traces_started:
+        outcome["traces"] = runtime.traces.close(outcome["mlflow_run"])
+        log(f"{outcome['traces']} question traces in the run's experiment")
+    return outcome
 
 
 def is_loopback(host: str) -> bool:

@@ -53,7 +53,7 @@ def build_config(args: argparse.Namespace) -> HyperProveConfig:
         evaluation={k: flag(k) for k in EVALUATION_FLAGS} if args.command in ("evaluate", "sweep") else {},
         sweep={k: flag(k) for k in SWEEP_FLAGS} if args.command == "sweep" else {},
         compile={k: flag(k) for k in COMPILE_FLAGS} if args.command == "compile" else {},
-        tracking={"uri": flag("tracking_uri"), "enabled": flag("track")},
+        tracking={"uri": flag("tracking_uri"), "enabled": flag("track"), "traces": flag("traces")},
         cache_dir=flag("cache_dir"),
     )
 
@@ -120,11 +120,15 @@ def _add_config_flags(parser: argparse.ArgumentParser, retriever: bool = True, e
     parser.add_argument("--json", action="store_true", help="end with one JSON object")
 
 
-def _add_tracking_flags(parser: argparse.ArgumentParser, logs: str | None = None) -> None:
-    """--tracking-uri, and --no-track for commands that log `logs` (one run, or runs)."""
+def _add_tracking_flags(parser: argparse.ArgumentParser, logs: str | None = None, traces: bool = False) -> None:
+    """--tracking-uri, --no-track for commands that log `logs` (one run, or runs), and --no-trace
+    for commands whose LM questions are traced."""
     parser.add_argument("--tracking-uri", help="MLflow tracking store (default sqlite:///.hyperprove/mlflow.db)")
     if logs:
         parser.add_argument("--no-track", action="store_const", const=False, dest="track", help=f"do not log {logs}")
+    if traces:
+        parser.add_argument("--no-trace", action="store_const", const=False, dest="traces",
+                            help="no MLflow trace per question (the LM's prompts and outputs, the retriever's trace)")
 
 
 def _add_program_flags(parser: argparse.ArgumentParser) -> None:
@@ -160,12 +164,14 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--html", metavar="FILE", help="also write the evidence chain as a self-contained HTML page")
     _add_config_flags(ask)
     _add_program_flags(ask)
+    _add_tracking_flags(ask, "the question's MLflow trace", traces=True)
     ask.set_defaults(run=cmd_ask)
 
     demo = commands.add_parser("demo", help="index a small shipped corpus with the LM and answer three multi-hop questions")
     _add_config_flags(demo, extractor="lm")
     _add_program_flags(demo)
     demo.add_argument("--write-facts", action="store_true", help="extract the demo corpus afresh with the LM and write experiments/demo/facts.json")
+    _add_tracking_flags(demo, "the questions' MLflow traces", traces=True)
     demo.set_defaults(run=cmd_demo, extractor="lm")  # the demo shows the LM extractor
 
     evaluate = commands.add_parser("evaluate", help="run retrievers on a question set: Recall@2/@5 (and EM/F1 with an LM), one MLflow run")
@@ -187,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
                           help="with --decomposition lm: every other system's top 5 passages go to the same reader (default: on)")
     evaluate.add_argument("--limit", type=int, help="evaluate the first N questions only")
     evaluate.add_argument("--out", help="results directory: results.md, results.json, predictions.json, index_manifest.json")
-    _add_tracking_flags(evaluate, "an MLflow run")
+    _add_tracking_flags(evaluate, "an MLflow run", traces=True)
     _add_config_flags(evaluate)
     _add_program_flags(evaluate)
     evaluate.set_defaults(run=calls("optimize.tracking:run_tracked_evaluation"))

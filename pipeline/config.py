@@ -170,6 +170,7 @@ class TrackingConfig:
     artifacts: str = ".hyperprove/mlartifacts"  # artifact root of experiments this project creates
     experiment: str = "hyperprove"
     enabled: bool = True
+    traces: bool = True  # with the LM, one MLflow trace per question (ask, demo, evaluate)
 
     def __post_init__(self) -> None:
         check_types(self, "tracking")

@@ -190,8 +190,9 @@ def answer_record(question: str, prediction: dspy.Prediction) -> dict:
 
 def ask(config, index_directory: str, question: str, runtime=None, log=print, profile: bool = False, html: str | None = None) -> dict:
     """Answer one question over a saved index with the program of `config`; logs the chain, with
-    `profile` what each LM step cost (calls, tokens, tokens from the prompt cache, seconds), and
-    with `html` writes the chain as an evidence-chain page to that file."""
+    `profile` what each LM step cost (calls, tokens, tokens from the prompt cache, seconds), with
+    `html` writes the chain as an evidence-chain page to that file, and with tracking on logs the
+    question as one MLflow trace."""
     from pipeline.files import atomic_write_bytes
     from pipeline.index import load_index
     from pipeline.lm import profile_delta, profile_table
@@ -208,8 +209,11 @@ def ask(config, index_directory: str, question: str, runtime=None, log=print, pr
     program.retriever = index.retriever(config.retriever, runtime.embedder.encode_query)
     session = runtime.session
     started, before = time.perf_counter(), session.profile.snapshot()
-    prediction = program(question)
+    with runtime.question_trace(question) as finish:
+        prediction = program(question)
+        finish(prediction.answer, prediction.fallbacks)
     seconds = round(time.perf_counter() - started, 2)
+    traced = runtime.traces.close() if runtime.traces_started else 0
     steps = {step: asdict(cost) for step, cost in profile_delta(session.profile.snapshot(), before).items()}
     log(f"Q: {question}")
     log("\n".join(format_chain(prediction)))
@@ -221,4 +225,6 @@ def ask(config, index_directory: str, question: str, runtime=None, log=print, pr
     if html:
         atomic_write_bytes(Path(html), chain_page(record, [passage.title for passage in index.passages]).encode())
         log(f"evidence chain: {html}")
+    if traced:
+        log(f"trace: in MLflow experiment {config.tracking.experiment!r} of {config.tracking.uri} (`hyperprove ui` shows it)")
     return record

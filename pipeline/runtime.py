@@ -1,4 +1,4 @@
-"""What a command runs with besides its config: the LM session and the embedder.
+"""What a command runs with besides its config: the LM session, the embedder, the question traces.
 
 Each is made on first use, so a command that needs no LM never starts the local model. A Python
 API user (or a test) hands in others: `Runtime(config, lm=dspy.utils.DummyLM(...), embedder=...)`.
@@ -6,7 +6,14 @@ API user (or a test) hands in others: `Runtime(config, lm=dspy.utils.DummyLM(...
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from functools import cached_property
+
+
+@contextmanager
+def no_trace(text: str, system: str = "hyperprove"):
+    """A question's context when nothing is traced; yields the same `finish` as a trace does."""
+    yield lambda answer, fallbacks=(), tags=None: None
 
 
 class Runtime:
@@ -28,6 +35,24 @@ class Runtime:
     def calls(self) -> int:
         """LM calls so far (0 when no LM was started)."""
         return self.session.calls() if self.lm_started else 0
+
+    @cached_property
+    def traces(self):
+        """`optimize.tracking.QuestionTraces` when tracking and traces are on, else None."""
+        tracking = self.config.tracking
+        if not (tracking.enabled and tracking.traces):
+            return None
+        from optimize.tracking import QuestionTraces
+
+        return QuestionTraces(tracking)
+
+    @property
+    def traces_started(self) -> bool:
+        return self.__dict__.get("traces") is not None
+
+    def question_trace(self, text: str, system: str = "hyperprove"):
+        """The context of one question: its MLflow trace, or nothing when traces are off."""
+        return (self.traces.question if self.traces is not None else no_trace)(text, system)
 
     @cached_property
     def embedder(self):

@@ -158,27 +158,46 @@ def test_ask_prints_the_chain_and_ends_with_json(files, capsys, scripted_cli):
     }
     code, _, _ = run_scripted(capsys, scripted_cli, "index", files / "corpus.json", "--out", files / "idx", "--embedder", "test-hash")
     assert code == 0
-    code, out, _ = run_scripted(capsys, scripted_cli, "ask", files / "idx", "Who was the mother of the director of Jaws?", "--embedder", "test-hash", "--json")
+    uri = f"sqlite:///{files}/mlflow.db"
+    code, out, _ = run_scripted(capsys, scripted_cli, "ask", files / "idx", "Who was the mother of the director of Jaws?", "--embedder", "test-hash",
+                                "--tracking-uri", uri, "--json")
     assert code == 0
     lines = out.strip().splitlines()
     assert lines[0] == "Q: Who was the mother of the director of Jaws?"
     assert "  hop 2: Who was the mother of #1?" in lines
     assert "    rewritten: Who was the mother of Steven Spielberg?" in lines
-    assert lines[-2] == "A: Leah Adler"
+    assert lines[-3] == "A: Leah Adler" and lines[-2].startswith("trace: in MLflow experiment 'hyperprove' of sqlite:///")
     result = json.loads(lines[-1])
     assert result["answer"] == "Leah Adler" and result["lm_calls"] == 5
+    # the question is one MLflow trace: the program's modules in the order they ran, an LM span per call
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    (trace,) = client.search_traces(locations=[client.get_experiment_by_name("hyperprove").experiment_id])
+    spans = {span.span_id: span for span in trace.data.spans}
+    root = next(span for span in spans.values() if span.parent_id is None)
+    program = next(span for span in spans.values() if span.parent_id == root.span_id)
+    steps = sorted((span for span in spans.values() if span.parent_id == program.span_id), key=lambda span: span.start_time_ns)
+    assert (root.name, root.inputs, root.outputs, program.name) == (
+        "hyperprove", {"question": "Who was the mother of the director of Jaws?"}, {"answer": "Leah Adler"}, "HyperProve.forward")
+    assert [span.name.split(".")[0] for span in steps] == ["Decomposer", "HypergraphRetriever", "BridgeRewriter", "HypergraphRetriever", "HopAnswerer",
+                                                           "BridgeRewriter", "HypergraphRetriever", "HopAnswerer", "AnswerGenerator"]
+    retrieve = steps[3].outputs  # the first hop's retrieval carries the retriever's own trace
+    assert {"dense_seeds", "frontier_in", "subgraph_size", "subgraph_edges", "candidates"} <= set(retrieve["trace"])
+    assert sum(span.span_type == "CHAT_MODEL" for span in spans.values()) == 5
     # --html writes the same chain as a page
     code, out, _ = run_scripted(capsys, scripted_cli, "ask", files / "idx", "Who was the mother of the director of Jaws?", "--embedder", "test-hash",
-                                "--html", files / "chain.html")
+                                "--html", files / "chain.html", "--no-track")
     assert code == 0 and f"evidence chain: {files / 'chain.html'}" in out
     page = Page((files / "chain.html").read_text())
     assert page.classes["hop-answer"] == ["Steven Spielberg", "Leah Adler"] and page.classes["query"] == ["Who was the mother of Steven Spielberg?"]
-    code, _, err = run_scripted(capsys, scripted_cli, "ask", files / "idx", "Who?", "--embedder", "test-hash", "--html", files)
+    code, _, err = run_scripted(capsys, scripted_cli, "ask", files / "idx", "Who?", "--embedder", "test-hash", "--html", files, "--no-track")
     assert code == 2 and err == f"error: --html {files}: is a folder; name the page file to write\n"
     assert {step: cost["calls"] for step, cost in result["lm_steps"].items()} == {"Decomposer": 1, "BridgeRewriter": 1, "HopAnswerer": 2, "AnswerGenerator": 1}
     assert [hop["answer"] for hop in result["chain"]] == ["Steven Spielberg", "Leah Adler"]
     assert result["chain"][1]["frontier_in"] == result["chain"][0]["supporting"]
-    code, out, _ = run_scripted(capsys, scripted_cli, "ask", files / "idx", "Who was the mother of the director of Jaws?", "--embedder", "test-hash", "--profile")
+    code, out, _ = run_scripted(capsys, scripted_cli, "ask", files / "idx", "Who was the mother of the director of Jaws?", "--embedder", "test-hash", "--profile",
+                                "--no-track")
     assert code == 0
     profile = out[out.index("| step | calls |"):].splitlines()
     assert [line.split(" | ")[:2] for line in profile[2:]] == [["| Decomposer", "1"], ["| HopAnswerer", "2"], ["| BridgeRewriter", "1"],
@@ -188,7 +207,7 @@ def test_ask_prints_the_chain_and_ends_with_json(files, capsys, scripted_cli):
 def test_demo_reports_every_extraction_fallback(tmp_path, capsys, scripted_cli):
     # An LM that never gives usable facts: every demo passage falls back to sentences, and says so.
     scripted_cli.answers = {"": {"entities": [], "facts": [], "sub_questions": [], "question": "", "answer": "", "supporting": []}}
-    code, out, _ = run_scripted(capsys, scripted_cli, "demo", "--cache-dir", tmp_path / "cache", "--json")
+    code, out, _ = run_scripted(capsys, scripted_cli, "demo", "--cache-dir", tmp_path / "cache", "--no-track", "--json")
     assert code == 0
     assert "lm extraction: 12 passages, 0 from the cache, 0 extracted, 12 retried, 12 fell back to sentences" in out
     result = json.loads(out.strip().splitlines()[-1])
@@ -429,6 +448,11 @@ def test_compile_decompose_then_evaluate_and_reproduce_with_the_compiled_program
     assert results["program_sha256"] == hashlib.sha256(program.read_bytes()).hexdigest()
     assert results["config"]["program"]["compiled"] == str(program)
     assert {"program.json", "pages"} <= {a.path for a in client.list_artifacts(first["mlflow_run"])}
+    # its one question is one trace, linked to the run and tagged with what the UI filters failures by
+    (trace,) = client.search_traces(locations=[client.get_run(first["mlflow_run"]).info.experiment_id], run_id=first["mlflow_run"])
+    tags = trace.info.tags
+    assert first["traces"] == 1 and (tags["hyperprove.system"], tags["question_id"], tags["em"], tags["gold_answer"]) == ("hyperprove", "q1", "1.0", "2017")
+    assert tags["gold_passages"] == "[0, 1, 2]" and tags["gold_reached"] in ("True", "False")
     assert {a.path for a in client.list_artifacts(first["mlflow_run"], "pages/hyperprove")} == {"pages/hyperprove/index.html", "pages/hyperprove/q1.html"}
     from experiments.report import compiled_program
 

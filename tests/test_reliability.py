@@ -435,7 +435,7 @@ def test_a_results_file_without_config_or_systems_is_one_line_in_the_report(tmp_
 
 def test_a_program_file_that_is_a_list_is_one_line(saved, files, capsys):
     (files / "list.json").write_text("[1, 2]")
-    code, _, err = run(capsys, "ask", saved, "Who directed Jaws?", "--embedder", "test-hash", "--program", files / "list.json")
+    code, _, err = run(capsys, "ask", saved, "Who directed Jaws?", "--embedder", "test-hash", "--program", files / "list.json", "--no-track")
     assert code == 2
     assert one_line(err) == f"--program {files / 'list.json'}: holds a JSON list, not a compiled HyperProve program (an object)"
 

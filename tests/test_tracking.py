@@ -81,3 +81,28 @@ def test_same_index_and_metric_deltas():
     assert same_index(None, None) and not same_index(None, saved)
     recorded = {"ppr": {"system": "ppr", "n": 60, "recall@5": 59.72, "seconds_per_question": 0.02}}
     assert metric_deltas(recorded, {"ppr": {"n": 60, "recall@5": 60.0, "seconds_per_question": 0.5}}) == {"ppr": {"n": 0.0, "recall@5": 0.28}}
+
+
+def test_a_question_trace_records_its_answer_fallbacks_and_tags(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    from optimize.tracking import QuestionTraces
+    from pipeline.runtime import Runtime
+
+    tracking = TrackingConfig(uri=f"sqlite:///{tmp_path}/mlflow.db", artifacts=str(tmp_path / "artifacts"))
+    traces = QuestionTraces(tracking)
+    with traces.question("Who directed Jaws?", "dense") as finish:
+        finish("Spielberg", ["answer 1: a note", "final answer: another"], {"em": 1.0, "question_id": "q7"})
+    assert traces.close() == 1
+    client = MlflowClient(tracking_uri=tracking.uri)
+    (trace,) = client.search_traces(locations=[client.get_experiment_by_name("hyperprove").experiment_id])
+    (root,) = trace.data.spans
+    assert (root.name, root.inputs, root.outputs) == ("dense", {"question": "Who directed Jaws?"}, {"answer": "Spielberg"})
+    assert [(event.name, event.attributes["note"]) for event in root.events] == [("fallback", "answer 1: a note"), ("fallback", "final answer: another")]
+    assert {k: trace.info.tags[k] for k in ("hyperprove.system", "em", "question_id")} == {"hyperprove.system": "dense", "em": "1.0", "question_id": "q7"}
+    # with tracking or traces off, a question runs in a context that records nothing
+    for off in ({"tracking": {"enabled": False}}, {"tracking": {"traces": False}}):
+        runtime = Runtime(HyperProveConfig.from_dict(off))
+        with runtime.question_trace("Who?") as finish:
+            finish("x")
+        assert runtime.traces is None and not runtime.traces_started
