@@ -384,14 +384,16 @@ class HopAnswerer(dspy.Module):
     With `grounded`, an answer that the cited facts (all evidence facts when none is cited) do
     not contain is asked for once more past the cache; if that one is not contained either, the
     answer becomes the first named span of those facts that the query does not name. One
-    invented bridge would otherwise send every later hop after the wrong entity.
+    invented bridge would otherwise send every later hop after the wrong entity. With
+    `grounded_in="evidence"`, an answer that another of the hop's facts contains is kept, and
+    its support becomes those facts: a small model often cites the wrong number for a right answer.
     """
 
     def __init__(self):
         super().__init__()
         self.answer = _predictor(AnswerHop, ANSWER_HOP_DEMOS)
 
-    def forward(self, question: str, facts: Sequence[ScoredFact], grounded: bool = False) -> dspy.Prediction:
+    def forward(self, question: str, facts: Sequence[ScoredFact], grounded: bool = False, grounded_in: str = "cited") -> dspy.Prediction:
         evidence = numbered_evidence(facts)
         for attempt in range(2 if grounded else 1):
             config = past_cache(attempt, temperature=0.7)
@@ -403,6 +405,9 @@ class HopAnswerer(dspy.Module):
             cited = supporting or list(facts)
             if not grounded or contained(answer, [f"{fact.title} {fact.text}" for fact in cited]):
                 return dspy.Prediction(answer=answer, supporting=[fact.id for fact in supporting], replaced=None)
+            holding = [fact for fact in facts if contained(answer, [f"{fact.title} {fact.text}"])]
+            if grounded_in == "evidence" and holding:
+                return dspy.Prediction(answer=answer, supporting=[fact.id for fact in holding], replaced=None)
         span = supported_span(question, cited)
         return dspy.Prediction(answer=span or answer, supporting=[fact.id for fact in supporting], replaced=answer if span else None)
 

@@ -160,9 +160,12 @@ class QuestionTraces:
     gold answer, EM/F1 and whether the gold passages were reached, so the UI can filter failures.
     """
 
-    def __init__(self, tracking):
+    def __init__(self, tracking, profile=None):
         import mlflow.dspy
 
+        self.profile = profile  # the session's `pipeline.lm.LMProfile`: each call's tokens go onto its span
+        if profile is not None:
+            profile.listeners.append(self.record_call)
         self.mlflow = connect(tracking)
         try:
             self.mlflow.set_experiment(experiment_id=experiment_id(self.mlflow, tracking))
@@ -188,6 +191,15 @@ class QuestionTraces:
             yield finish
         self.ids.append(root.trace_id)
 
+    def record_call(self, step: str, call) -> None:
+        """One LM call's bill on the span that made it (DSPy's Predict span: the LM's own span has
+        ended by the time the bill is known)."""
+        span = self.mlflow.get_current_active_span()
+        if span is not None:
+            span.set_attributes({"hyperprove.step": step, "lm.prompt_tokens": call.prompt_tokens,
+                                 "lm.cached_prompt_tokens": call.cached_prompt_tokens, "lm.completion_tokens": call.completion_tokens,
+                                 "lm.seconds": round(call.seconds, 3), "lm.cache_hit": bool(call.cache_hits)})
+
     def close(self, run_id: str | None = None) -> int:
         """Write what is still queued, link the traces to the run that logged the results, and
         turn autolog off again; returns the number of traces."""
@@ -199,6 +211,8 @@ class QuestionTraces:
             for start in range(0, len(self.ids), 100):
                 client.link_traces_to_run(self.ids[start:start + 100], run_id)
         mlflow.dspy.autolog(disable=True)
+        if self.profile is not None and self.record_call in self.profile.listeners:
+            self.profile.listeners.remove(self.record_call)
         return len(self.ids)
 
 

@@ -85,6 +85,7 @@ class ProgramConfig:
     # The answer path; the defaults were chosen on MuSiQue and HotpotQA train (README, "The answer path").
     entity_retries: int = 2  # asks again when a decomposition drops or invents a named word of the question; 0: no check
     grounded_hops: bool = True  # a hop answer its evidence facts do not contain is asked again, then replaced by a named span of them
+    grounded_in: str = "cited"  # "cited": the facts the hop reader cited; "evidence": any of the hop's facts will do
     question_channel: bool = True  # the ranking for the whole question is interleaved first with the hops' rankings
     reader_evidence: str = "facts"  # one of READER_EVIDENCE
     comparison_demos: bool = True  # Decompose also shows two comparisons and is asked to keep the question's names
@@ -93,7 +94,7 @@ class ProgramConfig:
     # What a recorded config without these fields ran with (records made before they existed), so
     # that reproducing an old run reruns the old program whatever today's defaults are.
     RECORDED_WITHOUT = {"entity_retries": 0, "grounded_hops": False, "question_channel": False, "reader_evidence": "facts",
-                        "comparison_demos": False, "bridge_rewrite": "lm"}
+                        "comparison_demos": False, "bridge_rewrite": "lm", "grounded_in": "cited"}
 
     def __post_init__(self) -> None:
         check_types(self, "program")
@@ -105,6 +106,8 @@ class ProgramConfig:
             raise HyperProveError(f"program config: entity_retries={self.entity_retries!r} must lie in [0, 5]")
         if self.reader_evidence not in READER_EVIDENCE:
             raise HyperProveError(f"program config: reader_evidence={self.reader_evidence!r} must be one of {', '.join(map(repr, READER_EVIDENCE))}")
+        if self.grounded_in not in ("cited", "evidence"):
+            raise HyperProveError(f"program config: grounded_in={self.grounded_in!r} must be 'cited' or 'evidence'")
         if self.bridge_rewrite not in BRIDGE_REWRITES:
             raise HyperProveError(f"program config: bridge_rewrite={self.bridge_rewrite!r} must be one of {', '.join(map(repr, BRIDGE_REWRITES))}")
 

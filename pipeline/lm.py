@@ -159,6 +159,7 @@ class LMProfile(BaseCallback):
         self._lock = threading.Lock()
         self._open: dict[str, tuple] = {}
         self.steps: dict[str, StepCost] = {}
+        self.listeners: list[Callable[[str, StepCost], None]] = []  # each sees (step, this call's bill) as a call ends
 
     def on_lm_start(self, call_id, instance, inputs):
         callers = dspy.settings.caller_modules or []
@@ -179,14 +180,14 @@ class LMProfile(BaseCallback):
         usage = entry.get("usage") or {}
         cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
         hit = bool(getattr(entry.get("response"), "cache_hit", False))
+        call = StepCost(calls=1, cache_hits=int(hit), prompt_tokens=usage.get("prompt_tokens") or 0, cached_prompt_tokens=cached,
+                        completion_tokens=usage.get("completion_tokens") or 0, seconds=seconds)
         with self._lock:
             cost = self.steps.setdefault(step, StepCost())
-            cost.calls += 1
-            cost.cache_hits += hit
-            cost.prompt_tokens += usage.get("prompt_tokens") or 0
-            cost.cached_prompt_tokens += cached
-            cost.completion_tokens += usage.get("completion_tokens") or 0
-            cost.seconds += seconds
+            for name in (f.name for f in fields(StepCost)):
+                setattr(cost, name, getattr(cost, name) + getattr(call, name))
+        for listener in self.listeners:
+            listener(step, call)
 
     @property
     def calls(self) -> int:

@@ -12,7 +12,8 @@ What the program decides where METHOD.md is silent:
   unusable final answer becomes the last hop's answer. Each fallback is recorded in the output.
 - Checks a small model needs (`ProgramConfig`; on by default, chosen on train): a decomposition that drops
   or invents a name of the question is asked for again (`entity_retries`); a hop answer its
-  facts do not contain is asked for again, then replaced by a named span of them (`grounded_hops`).
+  facts do not contain is asked for again, then replaced by a named span of them (`grounded_hops`;
+  with `grounded_in="evidence"` an answer that an uncited fact of the hop contains is kept).
 - Bridges by rule (`bridge_rewrite="rule"`): "#k" is replaced by the answer, without the LM
   call of step 5; on train the LM's rewrite equalled the plain substitution for 76 of 85 hops.
 - Passages for Recall@k: each hop's ranked passages, interleaved rank by rank; with
@@ -89,7 +90,7 @@ class HyperProve(dspy.Module):
             retrieval_seconds += time.perf_counter() - started
             top_k = [fact.id for fact in hop.facts]
             try:
-                reading = self.answer_hop(question=query, facts=hop.facts, grounded=config.grounded_hops)
+                reading = self.answer_hop(question=query, facts=hop.facts, grounded=config.grounded_hops, grounded_in=config.grounded_in)
                 answer, supporting = reading.answer, reading.supporting
                 if reading.replaced is not None:
                     fallbacks.append(f"answer {number}: {reading.replaced!r} is not in its facts; their span {answer!r} replaces it")

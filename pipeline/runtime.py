@@ -44,7 +44,7 @@ class Runtime:
             return None
         from optimize.tracking import QuestionTraces
 
-        return QuestionTraces(tracking)
+        return QuestionTraces(tracking, self.session.profile)
 
     @property
     def traces_started(self) -> bool:

@@ -185,6 +185,10 @@ def test_ask_prints_the_chain_and_ends_with_json(files, capsys, scripted_cli):
     retrieve = steps[3].outputs  # the first hop's retrieval carries the retriever's own trace
     assert {"dense_seeds", "frontier_in", "subgraph_size", "subgraph_edges", "candidates"} <= set(retrieve["trace"])
     assert sum(span.span_type == "CHAT_MODEL" for span in spans.values()) == 5
+    # each call's bill sits on the Predict span that made it (the scripted LM reports no tokens: zeros)
+    billed = sorted((span for span in spans.values() if "hyperprove.step" in (span.attributes or {})), key=lambda span: span.start_time_ns)
+    assert [span.attributes["hyperprove.step"] for span in billed] == ["Decomposer", "HopAnswerer", "BridgeRewriter", "HopAnswerer", "AnswerGenerator"]
+    assert all(span.attributes["lm.prompt_tokens"] == 0 and span.attributes["lm.cache_hit"] is False for span in billed)
     # --html writes the same chain as a page
     code, out, _ = run_scripted(capsys, scripted_cli, "ask", files / "idx", "Who was the mother of the director of Jaws?", "--embedder", "test-hash",
                                 "--html", files / "chain.html", "--no-track")
@@ -493,15 +497,15 @@ def test_answer_path_flags_reach_the_program_config():
 
     off = build_config(build_parser().parse_args(["ask", "idx", "q", "--reader-evidence", "passages-only", "--no-question-channel",
                                                    "--entity-retries", "0", "--no-grounded-hops", "--no-comparison-demos",
-                                                   "--bridge-rewrite", "rule"])).program
+                                                   "--bridge-rewrite", "rule", "--grounded-in", "evidence"])).program
     assert (off.reader_evidence, off.question_channel, off.entity_retries, off.grounded_hops) == ("passages-only", False, 0, False)
-    assert (off.comparison_demos, off.bridge_rewrite) == (False, "rule")
+    assert (off.comparison_demos, off.bridge_rewrite, off.grounded_in) == (False, "rule", "evidence")
     shipped = Path(__file__).resolve().parents[1] / "experiments" / "configs" / "musique-train-facts.json"
     on = build_config(build_parser().parse_args(["evaluate", "--config", str(shipped), "--question-channel", "--grounded-hops"])).program
     assert (on.reader_evidence, on.question_channel, on.entity_retries, on.grounded_hops) == ("facts", True, 0, True)
     defaults = build_config(build_parser().parse_args(["ask", "idx", "q"])).program
     assert (defaults.reader_evidence, defaults.question_channel, defaults.entity_retries, defaults.grounded_hops) == ("facts", True, 2, True)
-    assert (defaults.comparison_demos, defaults.bridge_rewrite) == (True, "lm")
+    assert (defaults.comparison_demos, defaults.bridge_rewrite, defaults.grounded_in) == (True, "lm", "cited")
     with pytest.raises(HyperProveError, match="bridge_rewrite='llm' must be one of 'lm', 'rule'"):
         ProgramConfig(bridge_rewrite="llm")
     assert build_config(build_parser().parse_args(["ask", "idx", "q", "--lm-adapter", "lean"])).lm.adapter == "lean"

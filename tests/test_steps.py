@@ -120,6 +120,16 @@ def test_grounded_hop_answers_are_asked_again_then_replaced_by_a_span_of_the_cit
     with scripted({"answer": "George Lucas", "supporting": [2]}, {"answer": "Lucas", "supporting": [2]}):
         out = HopAnswerer()(question="Who directed Jaws?", facts=evidence, grounded=True)
     assert (out.answer, out.supporting, out.replaced) == ("Steven Spielberg", [10], "Lucas")
+    # a right answer with the wrong citation: "cited" replaces it twice over; "evidence" keeps it, resting on the fact that has it
+    dated = facts("Jaws is a 1975 film.", "Jaws was directed by Steven Spielberg.")
+    miscited = [{"answer": "Steven Spielberg", "supporting": [1]}] * 2
+    with scripted(*miscited):
+        out = HopAnswerer()(question="Who directed Jaws?", facts=dated, grounded=True)
+    assert (out.answer, out.replaced) == ("1975", "Steven Spielberg")  # the first span of the cited fact the query does not name
+    lm = DummyLM(miscited[:1])
+    with dspy.context(lm=lm):
+        out = HopAnswerer()(question="Who directed Jaws?", facts=dated, grounded=True, grounded_in="evidence")
+    assert (out.answer, out.supporting, out.replaced) == ("Steven Spielberg", [10], None) and len(lm.history) == 1
     # ungrounded but not checked: kept as the LM wrote it, one call
     lm = DummyLM([{"answer": "George Lucas", "supporting": [2]}])
     with dspy.context(lm=lm):
