@@ -129,9 +129,11 @@ def partial_folder(out: Path) -> Path:
 
 def resumable(header: dict) -> dict:
     """What an interrupted run and its resumption must share: everything but the time, the code
-    version and the list of systems."""
-    config = json.loads(json.dumps(header["config"]))
+    version, the list of systems and where MLflow logs. A setting added to the code since the
+    interrupted run counts with the value that run went without it (`HyperProveConfig.from_record`)."""
+    config = HyperProveConfig.from_record(header["config"]).to_dict()
     config["evaluation"].pop("retrievers", None)
+    config.pop("tracking", None)
     kept = {key: value for key, value in header.items() if key not in ("finished", "git_commit", "git_dirty", "systems", "complete", "resumed")}
     return {**kept, "config": config}
 
