@@ -9,7 +9,7 @@ A target names what is compiled and what it is graded against:
 The optimizer is BootstrapFewShot, MIPROv2 or GEPA. Whatever is compiled, the result is loaded
 into a full HyperProve program and saved as its JSON state, so `ask`, `evaluate` and `demo` take
 it with `--program`. Compiled demonstrations replace the built-in ones of the predictors they
-cover; the other predictors keep theirs.
+cover (with `keep_builtin`, they follow them); the other predictors keep theirs.
 """
 
 from __future__ import annotations
@@ -208,8 +208,12 @@ def compile_program(program: dspy.Module, settings: CompileConfig, questions: Se
         compile_args["minibatch"] = len(val) > MIPRO_MINIBATCH  # a small val set is scored whole on every trial
         if settings.budget:
             compile_args["num_trials"] = settings.budget
+    builtin = {name: list(predictor.demos) for name, predictor in part.named_predictors()}
     compiled = optimizer.compile(part.deepcopy(), trainset=train, **compile_args)
     part.load_state(compiled.dump_state())  # into the full program, whose other predictors are untouched
+    if settings.keep_builtin:  # the hand-written examples first, then what the optimizer chose
+        for name, predictor in part.named_predictors():
+            predictor.demos = builtin[name] + [demo for demo in predictor.demos if demo not in builtin[name]]
     after = mean_grade(part, val, target.grade, progress="val after") if val else None
     return {
         "target": target.name,

@@ -34,7 +34,7 @@ LM_ERROR_MODULES = {"litellm", "openai", "httpx", "httpcore"}  # besides DSPy's 
 EVALUATION_FLAGS = ("questions", "corpus", "index", "retrievers", "decomposition", "read", "limit", "out")
 SWEEP_FLAGS = ("trials", "objective", "storage", "study", "seed", "best_out", "validate", "transfer_questions", "transfer_corpus")
 COMPILE_FLAGS = ("questions", "corpus", "target", "optimizer", "train", "val", "max_bootstrapped_demos", "max_labeled_demos",
-                 "threshold", "auto", "budget", "prompt_lm", "seed", "out")
+                 "threshold", "auto", "budget", "prompt_lm", "seed", "keep_builtin", "out")
 
 
 def build_config(args: argparse.Namespace) -> HyperProveConfig:
@@ -230,6 +230,8 @@ def build_parser() -> argparse.ArgumentParser:
     compile_.add_argument("--val", type=int, help="the next N examples, graded before and after (default 20; 0: none)")
     compile_.add_argument("--demos", type=int, dest="max_bootstrapped_demos", help="bootstrapped demonstrations per predictor (default 2)")
     compile_.add_argument("--labeled-demos", type=int, dest="max_labeled_demos", help="gold examples as demonstrations (default 2; decompose, rewrite)")
+    compile_.add_argument("--keep-builtin-demos", action="store_const", const=True, dest="keep_builtin",
+                          help="keep the built-in demonstrations, ahead of the compiled ones (default: the compiled ones replace them)")
     compile_.add_argument("--threshold", type=float, help="grade a bootstrapped trace must reach (default: 0.6 decompose, 0.8 rewrite, 0.5 program)")
     compile_.add_argument("--auto", choices=["light", "medium", "heavy"], help="MIPROv2/GEPA budget (default light)")
     compile_.add_argument("--budget", type=int, help="instead of --auto, a fixed small budget: GEPA's metric calls, or MIPROv2's candidates and trials")

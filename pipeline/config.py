@@ -254,6 +254,7 @@ class CompileConfig:
     budget: int | None = None  # instead of `auto`, a small fixed budget: GEPA's metric calls, MIPROv2's candidates and trials
     prompt_lm: str | None = None  # LiteLLM id proposing instructions (MIPROv2) or reflecting (GEPA); default: the LM
     seed: int = 0
+    keep_builtin: bool = False  # the built-in demonstrations stay, ahead of the compiled ones
     out: str | None = None  # compiled program JSON (default .hyperprove/programs/<target>-<optimizer>-<time>.json)
 
     def __post_init__(self) -> None:

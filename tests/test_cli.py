@@ -492,6 +492,8 @@ def test_compile_flags_override_the_experiment_config():
     settings = build_config(args).compile
     assert (settings.optimizer, settings.budget, settings.train, settings.val) == ("gepa", 7, 20, 20)  # the rest from the file
     assert build_config(build_parser().parse_args(["compile", "--config", str(shipped)])).compile.budget == 4
+    assert settings.keep_builtin is False
+    assert build_config(build_parser().parse_args(["compile", "--config", str(shipped), "--keep-builtin-demos"])).compile.keep_builtin is True
 
 
 def test_answer_path_flags_reach_the_program_config():

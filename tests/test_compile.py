@@ -146,3 +146,24 @@ def test_gepa_and_miprov2_compile_end_to_end_within_a_budget(optimizer):
     assert report["val_before"] == round(100 * sum(before) / 2, 2) and report["val_before"] < 50
     assert report["val_after"] == 100.0 and report["val_selects"] is True  # they chose on the val examples too
     assert MARK in program.decompose.decompose.signature.instructions
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_the_built_in_demonstrations_stay_ahead_of_the_compiled_ones_when_asked(keep):
+    """BootstrapFewShot on two training questions the task LM answers with one hop (below the
+    grade, so nothing is bootstrapped): the two gold examples fill the demonstrations instead
+    (one labelled, plus the unused bootstrap slot)."""
+    from modules.steps import COMPARISON_DEMOS, DECOMPOSE_DEMOS
+    from optimize.compile import compile_program
+    from pipeline.program import HyperProve
+
+    lm = dspy.LM("scripted/field-filler", engine=FieldFillingEngine(scripted_reply), cache=False)
+    program = HyperProve(retriever=None)
+    settings = CompileConfig(optimizer="bootstrap", train=2, val=0, max_bootstrapped_demos=1, max_labeled_demos=1, keep_builtin=keep)
+    with dspy.context(lm=lm):
+        report = compile_program(program, settings, TRAINING, lm)
+    demos = program.decompose.decompose.demos
+    gold = [demo for demo in demos if demo not in DECOMPOSE_DEMOS + COMPARISON_DEMOS]
+    assert sorted(demo["question"] for demo in gold) == sorted(q.question for q in TRAINING[:2])
+    assert demos == (DECOMPOSE_DEMOS + COMPARISON_DEMOS + gold if keep else gold)
+    assert report["demos"]["decompose.decompose"] == len(demos)
