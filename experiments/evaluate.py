@@ -9,7 +9,6 @@ previous results or the new ones, never a mix, and a reused folder keeps no file
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from pathlib import Path

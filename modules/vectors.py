@@ -73,3 +73,15 @@ class VectorIndex:
         finally:
             faiss.omp_set_num_threads(threads)
         return scores, ids
+
+    def within(self, queries: np.ndarray, threshold: float, nprobe: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Every stored vector whose inner product with a query exceeds `threshold`, as (query row,
+        id) pairs: a range search, for when the number of near neighbours is not known in advance."""
+        matrix = as_float_matrix(queries)
+        if self.kind == "ivf":
+            params = faiss.SearchParametersIVF(nprobe=nprobe or IVF_NPROBE)
+            limits, _, ids = self.index.range_search(matrix, float(threshold), params=params)
+        else:
+            limits, _, ids = self.index.range_search(matrix, float(threshold))
+        rows = np.repeat(np.arange(len(matrix)), np.diff(limits.astype(np.int64)))
+        return rows, ids.astype(np.int64)

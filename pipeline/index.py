@@ -177,10 +177,28 @@ def build_index(passages: list[Passage], config: IndexConfig, embedder, progress
     if extractor.name != config.extractor:
         raise HyperProveError(f"index config names extractor {config.extractor!r} but {extractor.name!r} was given")
     facts: list[Fact] = [fact for per_passage in extractor.extract(passages, progress=progress) for fact in per_passage]
-    key_to_id: dict[str, int] = {}
     entity_names: list[str] = []
+    fact_entities = entity_incidence(facts, {}, entity_names)
+    vectors = embed_new(facts, entity_names, passages, passages, embedder, progress)
+    info = {
+        "extractor": extractor.report(),
+        "embedder": {"id": embedder.id, "dim": int(vectors["fact"].shape[1]) if len(facts) else embedder.dim},
+        "config": asdict(config),
+        "corpus_sha256": corpus_checksum(passages),
+        "generations": [{"generation": 0, "added": len(passages), "facts": len(facts)}],
+    }
+    return assemble_index(
+        passages, [f.text for f in facts], np.array([f.passage for f in facts], dtype=np.int64),
+        fact_entities, entity_names, vectors, config, info,
+    )
+
+
+def entity_incidence(facts: Sequence[Fact], key_to_id: dict[str, int], entity_names: list[str]) -> sp.csr_matrix:
+    """Step 1's entity nodes: A_i of each fact as entity ids, over the normalised names. A name
+    not in `key_to_id` gets the next id and is appended to `entity_names` (both are updated), so
+    growing an index numbers new names as a build of the whole corpus would."""
     rows, cols = [], []
-    for fact_id, fact in enumerate(facts):
+    for row, fact in enumerate(facts):
         for name in fact.entities:
             key = normalise_entity(name)
             if not key:
@@ -188,25 +206,83 @@ def build_index(passages: list[Passage], config: IndexConfig, embedder, progress
             if key not in key_to_id:
                 key_to_id[key] = len(entity_names)
                 entity_names.append(name)
-            rows.append(fact_id)
+            rows.append(row)
             cols.append(key_to_id[key])
-    fact_entities = binary_csr(np.array(rows, dtype=np.int64), np.array(cols, dtype=np.int64), (len(facts), len(entity_names)))
+    return binary_csr(np.array(rows, dtype=np.int64), np.array(cols, dtype=np.int64), (len(facts), len(entity_names)))
+
+
+def embed_new(facts: Sequence[Fact], names: Sequence[str], passages: Sequence[Passage], corpus: Sequence[Passage], embedder,
+              progress: bool) -> dict[str, np.ndarray]:
+    """The vectors of new facts (with their passage's subject, from `corpus`), names and passages."""
     label = (lambda name: name) if progress else (lambda name: None)
-    vectors = {
-        "fact": embedder.encode([fact_embedding_text(f, passages[f.passage]) for f in facts], progress=label("embed facts")),
-        "entity": embedder.encode(entity_names, progress=label("embed entities")),
+    return {
+        "fact": embedder.encode([fact_embedding_text(f, corpus[f.passage]) for f in facts], progress=label("embed facts")),
+        "entity": embedder.encode(list(names), progress=label("embed entities")),
         "passage": embedder.encode([p.titled_text for p in passages], progress=label("embed passages")),
     }
-    info = {
-        "extractor": extractor.report(),
-        "embedder": {"id": embedder.id, "dim": int(vectors["fact"].shape[1]) if len(facts) else embedder.dim},
-        "config": asdict(config),
-        "corpus_sha256": corpus_checksum(passages),
-    }
-    return assemble_index(
-        passages, [f.text for f in facts], np.array([f.passage for f in facts], dtype=np.int64),
-        fact_entities, entity_names, vectors, config, info,
-    )
+
+
+def grow_index(index: HypergraphIndex, added: list[Passage], config: IndexConfig, embedder, progress: bool = True,
+               extractor: Extractor | None = None) -> HypergraphIndex:
+    """The index with `added` appended as passages len(index.passages)...: only they are extracted
+    and embedded, and only the new names (and the old names they find above eta) are searched
+    for synonyms, against every name. Facts, entities and passages keep their ids; the FAISS
+    indexes grow in place (an IVF index keeps the lists it was trained with). On the same data a
+    build of the whole corpus gives the same ids, vectors and incidence; see `grow_synonyms`.
+    `index` is consumed: its FAISS indexes are the new one's."""
+    extractor = extractor or make_extractor(config.extractor)
+    if extractor.name != index.info["extractor"]["name"]:
+        raise HyperProveError(f"the index was built with the {index.info['extractor']['name']!r} extractor; grow it with the same, not {extractor.name!r}")
+    passages = index.passages + list(added)
+    facts = [fact for per_passage in extractor.extract(added, first_id=len(index.passages), progress=progress) for fact in per_passage]
+    names = list(index.entity_names)
+    key_to_id = {normalise_entity(name): k for k, name in enumerate(names)}
+    incidence = entity_incidence(facts, key_to_id, names)
+    old = index.fact_entities
+    widened = sp.csr_matrix((old.data, old.indices, old.indptr), shape=(old.shape[0], len(names)))
+    fact_entities = sp.vstack([widened, incidence]).tocsr()
+    fresh = embed_new(facts, names[len(index.entity_names):], added, passages, embedder, progress)
+    vectors = {name: np.concatenate([getattr(index, f"{name}_vectors"), fresh[name]]).astype(np.float32) for name in VECTOR_SETS}
+    indexes = {}
+    for name in VECTOR_SETS:
+        indexes[name] = getattr(index, f"{name}_index")
+        if len(fresh[name]):
+            indexes[name].index.add(np.ascontiguousarray(fresh[name], dtype=np.float32))
+    synonyms = grow_synonyms(index.synonyms, vectors["entity"], indexes["entity"], len(index.entity_names), config.eta, config.synonym_neighbors)
+    generations = index.info.get("generations") or [{"generation": 0, "added": len(index.passages), "facts": len(index.fact_text)}]
+    info = {**index.info, "corpus_sha256": corpus_checksum(passages),
+            "generations": [*generations, {"generation": generations[-1]["generation"] + 1, "added": len(added), "facts": len(facts),
+                                           "first_passage": len(index.passages), "extractor": extractor.report()}]}
+    return HypergraphIndex.from_parts(passages, index.fact_text + [f.text for f in facts],
+                                      np.concatenate([index.fact_passage, np.array([f.passage for f in facts], dtype=np.int64)]),
+                                      fact_entities, names, synonyms, vectors, indexes, info)
+
+
+def grow_synonyms(synonyms: sp.csr_matrix, entity_vectors: np.ndarray, entity_index: VectorIndex, first_new: int, eta: float,
+                  neighbors: int) -> sp.csr_matrix:
+    """Step 2 for new names, giving the pairs a build of the whole corpus gives. A pair is two
+    names each within the other's reach: one of the `neighbors` nearest names of the other, above
+    eta. New names can change that for an old name only if one of them lies above eta from it
+    (then it may enter the old name's list and push a pair out): those old names and their old
+    partners have their lists searched again, the new names theirs, and their pairs are redone;
+    every other pair stays as it was."""
+    n = len(entity_vectors)
+    if first_new == n:
+        return synonyms
+    new = np.arange(first_new, n)
+    _, near = entity_index.within(entity_vectors[new], eta, nprobe=SYNONYM_NPROBE)
+    affected = np.unique(near[near < first_new])
+    old = synonyms.tocsr()
+    partners = old[affected].indices if len(affected) else np.zeros(0, dtype=np.int64)
+    redone = np.union1d(np.union1d(affected, partners), new)
+    scores, found = entity_index.search(entity_vectors[redone], neighbors + 1, nprobe=SYNONYM_NPROBE)
+    keep = (scores > eta) & (found >= 0) & (found != redone[:, None])
+    rows, cols = np.broadcast_to(redone[:, None], found.shape)[keep], found[keep]
+    kept = old.tocoo()
+    stays = ~np.isin(kept.row, affected) & ~np.isin(kept.col, affected)
+    all_rows = np.concatenate([kept.row[stays], rows, cols])
+    all_cols = np.concatenate([kept.col[stays], cols, rows])
+    return binary_csr(all_rows.astype(np.int64), all_cols.astype(np.int64), (n, n))
 
 
 # --- on disk -------------------------------------------------------------------------------------
@@ -373,7 +449,7 @@ def _read_index(directory: Path, manifest: dict) -> HypergraphIndex:
     for name, count in expected.items():
         if vectors[name].shape != (count, dim) or len(indexes[name]) != count:
             raise HyperProveError(f"{directory}: {name} vectors do not match the manifest counts; rebuild the index")
-    info = {key: manifest[key] for key in ("extractor", "embedder", "config", "corpus_sha256")}
+    info = {key: manifest[key] for key in ("extractor", "embedder", "config", "corpus_sha256", "generations") if key in manifest}
     return HypergraphIndex.from_parts(passages, [row["text"] for row in fact_rows], [row["passage"] for row in fact_rows],
                                       fact_entities, entity_names, synonyms, vectors, indexes, info)
 
@@ -433,3 +509,30 @@ def index_corpus(corpus: str | Path, out: str | Path, config, runtime=None, log:
         log(line)
     log(f"index written to {out}: {index.counts()} in {seconds:.1f} s")
     return {"index": str(out), **index.counts(), "extractor": extractor.report(), "seconds": round(seconds, 2)}
+
+
+def add_to_index(added_corpus: str | Path, directory: str | Path, config, runtime=None, log: Callable[[str], None] = print) -> dict:
+    """`hyperprove index --add NEW.json --into DIR`: the passages of `added_corpus` appended to the
+    index in `directory` as its next generation, written atomically over it (a kill leaves the
+    previous generation, loadable and unchanged; running the command again finishes the job)."""
+    import time
+
+    from pipeline.corpus import load_corpus
+    from pipeline.extract import describe_extraction, extractor_for
+    from pipeline.runtime import Runtime
+
+    index = load_index(directory, expect=config.index)
+    added = load_corpus(added_corpus)
+    runtime = runtime or Runtime(config)
+    extractor = extractor_for(config, runtime)
+    started = time.perf_counter()
+    before = index.counts()
+    index = grow_index(index, added, config.index, runtime.embedder, progress=True, extractor=extractor)
+    save_index(index, directory)
+    seconds = time.perf_counter() - started
+    for line in describe_extraction(extractor):
+        log(line)
+    generation = index.info["generations"][-1]["generation"]
+    log(f"{directory}: generation {generation}, {len(added)} passages added ({before['passages']} -> {len(index.passages)}): "
+        f"{index.counts()} in {seconds:.1f} s")
+    return {"index": str(directory), "generation": generation, "added": len(added), **index.counts(), "seconds": round(seconds, 2)}

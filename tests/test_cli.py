@@ -520,3 +520,24 @@ def test_answer_path_flags_reach_the_program_config():
     assert build_config(build_parser().parse_args(["ask", "idx", "q"])).lm.adapter == "chat"
     with pytest.raises(HyperProveError, match="adapter='json' must be one of 'chat', 'lean'"):
         LMConfig(adapter="json")
+
+
+def test_index_add_grows_an_index_that_evaluate_takes_for_the_whole_corpus(files, capsys, scripted_cli, tmp_path):
+    (tmp_path / "first.json").write_text(json.dumps(CORPUS[:3]))
+    (tmp_path / "rest.json").write_text(json.dumps(CORPUS[3:]))
+    code, _, _ = run_scripted(capsys, scripted_cli, "index", tmp_path / "first.json", "--out", tmp_path / "idx", "--embedder", "test-hash")
+    assert code == 0
+    code, out, _ = run_scripted(capsys, scripted_cli, "index", "--add", tmp_path / "rest.json", "--into", tmp_path / "idx", "--embedder", "test-hash", "--json")
+    assert code == 0 and f"{tmp_path / 'idx'}: generation 1, 2 passages added (3 -> 5)" in out
+    assert json.loads(out.strip().splitlines()[-1])["passages"] == 5
+    manifest = json.loads((tmp_path / "idx" / "manifest.json").read_text())
+    assert [g["added"] for g in manifest["generations"]] == [3, 2]
+    # the grown index is the index of the whole corpus: evaluate takes it for corpus.json
+    code, out, err = run_scripted(capsys, scripted_cli, "evaluate", "--questions", files / "questions.json", "--corpus", files / "corpus.json", "--index", tmp_path / "idx",
+                         "--retriever", "hyperprove", "--embedder", "test-hash", "--no-track", "--out", tmp_path / "results", "--json")
+    assert code == 0, err
+    # one line for the wrong combinations
+    code, _, err = run_scripted(capsys, scripted_cli, "index", "--add", tmp_path / "rest.json", "--embedder", "test-hash")
+    assert code == 2 and err == "error: index --add NEW.json takes --into DIR (the index to grow), and no corpus or --out\n"
+    code, _, err = run_scripted(capsys, scripted_cli, "index", files / "corpus.json", "--embedder", "test-hash")
+    assert code == 2 and err == "error: index: give a corpus and --out DIR (or --add NEW.json --into DIR to grow an index)\n"

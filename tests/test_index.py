@@ -133,3 +133,69 @@ def test_refuses_to_overwrite_a_directory_that_is_not_an_index(built, tmp_path):
     with pytest.raises(HyperProveError, match="holds 'keep.txt', which is not part of a HyperProve index"):
         save_index(built, tmp_path / "notes")
     assert (tmp_path / "notes" / "keep.txt").read_text() == "mine"
+
+
+GROWN = [
+    Passage("Jaws (film)", "Jaws is a 1975 film directed by Steven Spielberg. It was a box-office hit."),
+    Passage("Steven Spielberg", "Steven Spielberg is a director born in Cincinnati. His mother was Leah Adler."),
+    Passage("Cincinnati", "Cincinnati is a city in Ohio on the Ohio River."),
+    Passage("Leah Adler", "Leah Adler was a restaurateur. She died in 2017 in Los Angeles."),
+    Passage("Duel (film)", "Duel is a 1971 film by Spielberg. Dennis Weaver starred in Duel."),
+    Passage("Ohio River", "The Ohio River flows past Cincinnati into the Mississippi River."),
+]
+
+
+def test_an_index_grown_by_adding_passages_equals_one_built_on_the_whole_corpus(hash_embedder, tmp_path):
+    from pipeline.index import grow_index
+
+    config = IndexConfig(eta=0.7)  # hash vectors: "Spielberg" and "Steven Spielberg" are 1/sqrt(2) = 0.71 apart
+    whole = build_index(GROWN, config, hash_embedder, progress=False)
+    grown = grow_index(build_index(GROWN[:3], config, hash_embedder, progress=False), GROWN[3:], config, hash_embedder, progress=False)
+    save_index(grown, tmp_path / "grown")
+    grown = load_index(tmp_path / "grown")
+    assert (grown.passages, grown.fact_text, grown.fact_passage.tolist(), grown.entity_names) == (
+        whole.passages, whole.fact_text, whole.fact_passage.tolist(), whole.entity_names)
+    assert (grown.fact_entities != whole.fact_entities).nnz == 0
+    # "Spielberg" arrives with Duel, a new name, and pairs with the old "Steven Spielberg"
+    names = [normalise_entity(n) for n in whole.entity_names]
+    pair = (names.index("steven spielberg"), names.index("spielberg"))
+    assert whole.synonyms[pair] == 1 and (grown.synonyms != whole.synonyms).nnz == 0
+    for name in ("fact", "entity", "passage"):
+        assert np.array_equal(getattr(grown, f"{name}_vectors"), getattr(whole, f"{name}_vectors"))
+    assert grown.info["corpus_sha256"] == whole.info["corpus_sha256"]
+    assert [(g["generation"], g["added"], g.get("first_passage")) for g in grown.info["generations"]] == [(0, 3, None), (1, 3, 3)]
+    from modules.retriever import RetrieverConfig
+
+    for query, frontier in [("Who directed Duel?", []), ("Where was the director of Jaws born?", [0]), ("Ohio River", [])]:
+        ours = grown.retriever(RetrieverConfig(top_k=3), hash_embedder.encode_query)(query, frontier=frontier)
+        theirs = whole.retriever(RetrieverConfig(top_k=3), hash_embedder.encode_query)(query, frontier=frontier)
+        assert (ours.passages, [f.id for f in ours.facts]) == (theirs.passages, [f.id for f in theirs.facts])
+
+
+def test_an_index_grows_only_with_the_extractor_it_was_built_with(built, hash_embedder):
+    from pipeline.index import grow_index
+
+    class Other:
+        name = "lm"
+
+    with pytest.raises(HyperProveError, match="built with the 'sentences' extractor; grow it with the same, not 'lm'"):
+        grow_index(built, GROWN[3:], IndexConfig(), hash_embedder, progress=False, extractor=Other())
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_grown_synonyms_equal_a_full_search_even_where_new_names_push_old_pairs_out(seed):
+    """Dense clusters (like dates: "2008", "May 2008", ...) give names more near neighbours than
+    the lists hold, so a new name can push an old pair out; the full search is the reference."""
+    from modules.vectors import VectorIndex
+    from pipeline.index import grow_synonyms
+
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(4, 16))
+    vectors = centres[rng.integers(0, 4, size=60)] + 0.35 * rng.normal(size=(60, 16))
+    vectors = (vectors / np.linalg.norm(vectors, axis=1, keepdims=True)).astype(np.float32)
+    first_new, eta, neighbors = 35, 0.8, 3
+    old, _ = synonym_matrix(vectors[:first_new], eta, neighbors, exact_max=1000)
+    whole, _ = synonym_matrix(vectors, eta, neighbors, exact_max=1000)
+    grown = grow_synonyms(old, vectors, VectorIndex.build(vectors), first_new, eta, neighbors)
+    assert (old != whole[:first_new, :first_new]).nnz > 0  # the case this is about: old pairs did change
+    assert (grown != whole).nnz == 0
