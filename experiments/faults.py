@@ -1,11 +1,13 @@
-"""Fault injection: kill index builds, evaluations and sweeps at random points and check that
-nothing is lost.
+"""Fault injection: kill index builds, evaluations, sweeps and index additions at random points
+and check that nothing is lost.
 
-    python experiments/faults.py --runs 24 --work /tmp/hyperprove-faults      # about 15 minutes on 2 cores
+    python experiments/faults.py --runs 25 --work /tmp/hyperprove-faults      # about 15 minutes on 2 cores
+    python experiments/faults.py --runs 10 --jobs add                          # `index --add` alone
 
 Each run starts one `hyperprove` command (an index build, an evaluation with the index cache
-cold or warm, or a tracked sweep), sends it SIGINT or SIGKILL after a random delay within the
-length of an uninterrupted run, and checks:
+cold or warm, a tracked sweep, or `index --add` growing an index of MuSiQue's first half by its
+second half), sends it SIGINT or SIGKILL after a random delay within the length of an
+uninterrupted run, and checks:
 
 1. right after the kill, the command's output (index folder, results folder, sweep summary) is
    byte-identical to what was there before, or complete and equal to an uninterrupted run's;
@@ -75,6 +77,10 @@ class Jobs:
         corpus = str(self.data / "musique" / "corpus.json")
         if kind == "index":
             return [*base, "index", corpus, "--out", str(self.work / "index"), "--cache-dir", str(self.cache)]
+        if kind == "half":  # the index that `add` grows: the first half of the corpus
+            return [*base, "index", str(self.work / "first-half.json"), "--out", str(self.work / "half"), "--cache-dir", str(self.cache)]
+        if kind == "add":
+            return [*base, "index", "--add", str(self.work / "second-half.json"), "--into", str(self.work / "grown"), "--cache-dir", str(self.cache)]
         if kind == "evaluate":
             return [*base, "evaluate", "--questions", str(self.data / "musique" / "dev.json"), "--corpus", corpus, "--limit", "20",
                     "--retriever", "dense,ppr,hyperprove-fixed,hyperprove", "--cache-dir", str(self.cache),
@@ -84,11 +90,17 @@ class Jobs:
                 "--out", str(self.work / "sweep"), "--best-out", str(self.work / "sweep" / "best.json"), "--tracking-uri", self.uri]
 
     def output(self, kind: str) -> Path:
-        return self.work / {"index": "index", "evaluate": "results", "sweep": "sweep"}[kind]
+        return self.work / {"index": "index", "add": "grown", "evaluate": "results", "sweep": "sweep"}[kind]
+
+    def prepare(self, kind: str) -> None:
+        """Before each `add`: the half index it grows, as built."""
+        if kind == "add":
+            shutil.rmtree(self.output(kind), ignore_errors=True)
+            shutil.copytree(self.work / "half", self.output(kind))
 
     def result(self, kind: str, study: str | None = None):
         """What an uninterrupted run must equal (timings and run ids left out)."""
-        if kind == "index":
+        if kind in ("index", "add"):
             return snapshot(self.output(kind))
         if kind == "evaluate":
             systems = json.loads((self.output(kind) / "results.json").read_text())["systems"]
@@ -104,11 +116,11 @@ class Jobs:
     def complete(self, kind: str) -> bool:
         """The output after a kill, when it is not the previous one: is it whole and right?"""
         try:
-            if kind == "index":
+            if kind in ("index", "add"):
                 from pipeline.index import load_index
 
                 load_index(self.output(kind))
-                return snapshot(self.output(kind)) == self.reference["index"]
+                return snapshot(self.output(kind)) == self.reference[kind]
             if kind == "evaluate":
                 return self.result(kind) == self.reference["evaluate"]
             summary = json.loads((self.output(kind) / "sweep.json").read_text())
@@ -136,7 +148,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", default="/tmp/hyperprove-faults")
     parser.add_argument("--data", default=str(ROOT.parent / "shared" / "data"))
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--jobs", default="index,evaluate-cold,evaluate,sweep,add",
+                        help="the commands to kill, in turn (index, evaluate-cold, evaluate, sweep, add)")
     args = parser.parse_args(argv)
+    kinds = args.jobs.split(",")
     for name, value in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
                         "MLFLOW_ENABLE_ASYNC_TRACE_LOGGING": "false", "TOKENIZERS_PARALLELISM": "false"}.items():
         os.environ.setdefault(name, value)
@@ -146,19 +161,26 @@ def main(argv: list[str] | None = None) -> int:
     jobs = Jobs(work, Path(args.data).resolve(), sys.executable)
     rng = random.Random(args.seed)
 
+    # `add` grows an index of the corpus's first half by its second half.
+    passages = json.loads((jobs.data / "musique" / "corpus.json").read_text())
+    (work / "first-half.json").write_text(json.dumps(passages[: len(passages) // 2]))
+    (work / "second-half.json").write_text(json.dumps(passages[len(passages) // 2 :]))
+    if "add" in kinds:
+        jobs.run("half")
     # References: each command uninterrupted, twice: the first fills the caches (embeddings, the
     # index cache) and gives the result to match, the second the length of a run the kills fall in.
     seconds = {}
-    for kind in ("index", "evaluate", "sweep"):
+    for kind in dict.fromkeys(label.split("-")[0] for label in kinds):
+        jobs.prepare(kind)
         jobs.run(kind, "reference")
         jobs.reference[kind] = jobs.result(kind, "reference")
+        jobs.prepare(kind)
         _, seconds[kind] = jobs.run(kind, "timing")
         if jobs.result(kind, "timing") != jobs.reference[kind]:
             raise RuntimeError(f"two uninterrupted {kind} runs differ: nothing to compare the resumed ones with")
         print(f"reference {kind}: {seconds[kind]:.1f} s with warm caches", flush=True)
-    shutil.rmtree(jobs.output("sweep"))
+    shutil.rmtree(jobs.output("sweep"), ignore_errors=True)
 
-    kinds = ["index", "evaluate-cold", "evaluate", "sweep"]
     records, violations = [], 0
     for number in range(args.runs):
         label = kinds[number % len(kinds)]
@@ -166,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         study = f"faults-{number}" if kind == "sweep" else None
         if label == "evaluate-cold":  # the kill may land in the cached index's build
             shutil.rmtree(jobs.cache / "indexes", ignore_errors=True)
+        jobs.prepare(kind)
         before = snapshot(jobs.output(kind))
         sig = rng.choice([signal.SIGINT, signal.SIGKILL])
         delay = rng.uniform(0.3, seconds[kind])

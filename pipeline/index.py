@@ -514,7 +514,9 @@ def index_corpus(corpus: str | Path, out: str | Path, config, runtime=None, log:
 def add_to_index(added_corpus: str | Path, directory: str | Path, config, runtime=None, log: Callable[[str], None] = print) -> dict:
     """`hyperprove index --add NEW.json --into DIR`: the passages of `added_corpus` appended to the
     index in `directory` as its next generation, written atomically over it (a kill leaves the
-    previous generation, loadable and unchanged; running the command again finishes the job)."""
+    previous generation, loadable and unchanged; running the command again finishes the job).
+    Passages the index already holds (same title and text) are skipped, so a second run after a
+    finished one adds nothing."""
     import time
 
     from pipeline.corpus import load_corpus
@@ -522,7 +524,15 @@ def add_to_index(added_corpus: str | Path, directory: str | Path, config, runtim
     from pipeline.runtime import Runtime
 
     index = load_index(directory, expect=config.index)
-    added = load_corpus(added_corpus)
+    offered = load_corpus(added_corpus)
+    present = {(p.title, p.text) for p in index.passages}
+    added = [p for p in dict.fromkeys(offered) if (p.title, p.text) not in present]  # so that running it again adds nothing twice
+    if len(added) < len(offered):
+        log(f"{len(offered) - len(added)} of the {len(offered)} passages are in the index already (or repeated): skipped")
+    if not added:
+        log(f"{directory}: nothing to add; generation {index.info.get('generations', [{}])[-1].get('generation', 0)} stays")
+        return {"index": str(directory), "generation": index.info.get("generations", [{}])[-1].get("generation", 0), "added": 0,
+                **index.counts(), "seconds": 0.0}
     runtime = runtime or Runtime(config)
     extractor = extractor_for(config, runtime)
     started = time.perf_counter()

@@ -532,6 +532,12 @@ def test_index_add_grows_an_index_that_evaluate_takes_for_the_whole_corpus(files
     assert json.loads(out.strip().splitlines()[-1])["passages"] == 5
     manifest = json.loads((tmp_path / "idx" / "manifest.json").read_text())
     assert [g["added"] for g in manifest["generations"]] == [3, 2]
+    # run again (after a kill, or by mistake): what the index holds is not added twice
+    code, out, _ = run_scripted(capsys, scripted_cli, "index", "--add", tmp_path / "rest.json", "--into", tmp_path / "idx", "--embedder", "test-hash",
+                                "--json")
+    assert code == 0 and "2 of the 2 passages are in the index already (or repeated): skipped" in out
+    assert json.loads(out.strip().splitlines()[-1])["added"] == 0
+    assert json.loads((tmp_path / "idx" / "manifest.json").read_text()) == manifest
     # the grown index is the index of the whole corpus: evaluate takes it for corpus.json
     code, out, err = run_scripted(capsys, scripted_cli, "evaluate", "--questions", files / "questions.json", "--corpus", files / "corpus.json", "--index", tmp_path / "idx",
                          "--retriever", "hyperprove", "--embedder", "test-hash", "--no-track", "--out", tmp_path / "results", "--json")
