@@ -149,11 +149,13 @@ def render_sweep(sweep: dict, plots: Sequence[str] = ()) -> list[str]:
 
 
 def same_setting(a: dict, b: dict) -> bool:
-    """The same questions, corpus, decomposition, retriever and index: only the program may differ."""
+    """The same questions, corpus, decomposition, retriever, index and answer path: only the
+    compiled program may differ (a record made before an option existed ran without it)."""
     ca, cb = a.get("config", {}), b.get("config", {})
     keys = ("questions", "corpus", "limit", "decomposition")
     return (all(ca.get("evaluation", {}).get(k) == cb.get("evaluation", {}).get(k) for k in keys)
-            and all(ca.get(section) == cb.get(section) for section in ("retriever", "index")))
+            and all(ca.get(section) == cb.get(section) for section in ("retriever", "index"))
+            and {**recorded_program(a), "compiled": None} == {**recorded_program(b), "compiled": None})
 
 
 def program_of(run: dict) -> str | None:

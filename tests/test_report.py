@@ -111,6 +111,9 @@ def test_a_compiled_run_is_compared_with_the_same_setting_uncompiled():
         "Program: `/nowhere/p.json` (no compile record beside it).", "",
         "Against `base` (the same setting, built-in demonstrations), hyperprove: R@2 +2.50, R@5 -5.55, EM +1.67, F1 +0.96.", ""]
     assert compiled_program(base, [base, compiled]) == []
+    # a base run with another answer path (here the checks on) is not the same setting: no comparison
+    checked = {**base, "name": "checked", "config": {**setting, "program": {"compiled": None, "entity_retries": 2}}}
+    assert compiled_program(compiled, [checked, compiled]) == ["Program: `/nowhere/p.json` (no compile record beside it).", ""]
 
 
 def test_the_compile_record_says_whether_the_grade_was_held_out(tmp_path):
