@@ -23,19 +23,12 @@ from typing import Callable, Sequence
 from experiments.data import Question
 from experiments.metrics import f1_score
 from modules.references import references
-from modules.steps import EVIDENCE_PASSAGES, lower_words, named_words
+from modules.steps import lower_words, named_words
+from pipeline.pages import reached_passages
 
 STAGES = ("decomposition", "retrieval", "bridge", "final reader")
 BRIDGE_F1 = 0.5  # a hop answer this close to a gold intermediate answer carries the bridge
 EXAMPLES = 2  # questions shown per stage
-
-
-def reached(row: dict) -> set[int]:
-    """The passages a system put in front of a reader: its top 5, and every hop's facts'."""
-    seen = set(row.get("passages", [])[:EVIDENCE_PASSAGES])
-    for hop in row.get("chain") or []:
-        seen.update(fact["passage"] for fact in hop.get("facts", []))
-    return seen
 
 
 def step_subject(step: str) -> set[str]:
@@ -56,7 +49,7 @@ def failure_stage(row: dict, question: Question) -> str | None:
         named = lower_words(question.question)  # a gold step's own spelling or additions ("... in NYC?") do not count
         if any(not references(step.question) and not (step_subject(step.question) & named) <= asked for step in question.decomposition):
             return "decomposition"
-    seen = reached(row)
+    seen = reached_passages(row)
     if not question.decomposition:
         return "retrieval" if not set(question.gold_passages) <= seen else "final reader"
     answers = [hop["answer"] for hop in hops]

@@ -15,11 +15,11 @@ import dspy
 import numpy as np
 
 from experiments.data import Question
-from experiments.failures import reached
 from experiments.metrics import exact_match, f1_score, mean_percent, recall_at_k
 from modules.errors import HyperProveError
 from modules.facts import Passage
 from modules.steps import AnswerGenerator, evidence_line
+from pipeline.pages import reached_passages
 from pipeline.runtime import no_trace
 
 
@@ -69,7 +69,7 @@ def lm_cost_summary(rows: Sequence[dict]) -> dict:
 def trace_tags(question: Question, row: dict) -> dict:
     """What a question's trace is tagged with, so that the MLflow UI can filter the failures."""
     return {"question_id": question.id, "gold_answer": question.answer, "em": row["em"], "f1": round(row["f1"], 4),
-            "gold_passages": list(question.gold_passages), "gold_reached": set(question.gold_passages) <= reached(row)}
+            "gold_passages": list(question.gold_passages), "gold_reached": set(question.gold_passages) <= reached_passages(row)}
 
 
 def evaluate_program(

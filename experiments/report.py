@@ -209,12 +209,8 @@ def paired_table(run: dict) -> list[str]:
 
 
 def question_types(run: dict) -> dict[str, str]:
-    """Question id -> type, from the questions file the run names ({} when it is not here)."""
-    path = ROOT / run.get("questions", "")
-    if not run.get("questions") or not path.is_file():
-        return {}
-    items = read_json(path, "questions")
-    return {str(item["id"]): str(item.get("type", "")) for item in items if isinstance(item, dict) and "id" in item} if isinstance(items, list) else {}
+    """Question id -> type, of the run's questions ({} when their file is not here)."""
+    return {question.id: question.type for question in run_questions(run)}
 
 
 def typed_summaries(run: dict) -> list[dict]:
@@ -237,8 +233,13 @@ def typed_summaries(run: dict) -> list[dict]:
 
 def run_questions(run: dict) -> list:
     """The run's questions (with their gold steps), from the file it names ([] when it is not here)."""
-    path = ROOT / run.get("questions", "")
-    return load_questions(path) if run.get("questions") and path.is_file() else []
+    return questions_in(str(ROOT / run["questions"])) if run.get("questions") else []
+
+
+@functools.lru_cache(maxsize=None)
+def questions_in(path: str) -> list:
+    """A questions file, read once however many tables and verdicts of the report use it."""
+    return load_questions(path) if Path(path).is_file() else []
 
 
 def pages_link(run: dict, report_dir: Path):

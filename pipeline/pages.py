@@ -31,6 +31,11 @@ def page_name(question_id: str) -> str:
     return re.sub(r"[^\w.-]", "_", question_id) + ".html"
 
 
+def reached_passages(record: dict) -> set[int]:
+    """The passages an answer had in front of it: its top 5, and every hop's facts'."""
+    return set(record.get("passages", [])[:5]) | {fact["passage"] for hop in record.get("chain") or [] for fact in hop.get("facts", [])}
+
+
 def chain_view(record: dict, titles: Sequence[str], gold: dict | None = None) -> dict:
     """What a page shows of one answer (`record`: a prediction row, or what `ask` returns);
     `gold` ({"answer", "passages", "steps": [(question, answer), ...]}) adds the gold marks."""
@@ -56,7 +61,7 @@ def chain_view(record: dict, titles: Sequence[str], gold: dict | None = None) ->
             "carried": [i for i in following if i not in frontier], "carried_to": number + 1 if following else None,
             "gold_step": {"question": steps[position][0], "answer": steps[position][1]} if position < len(steps) else None,
         })
-    reached = set(record.get("passages", [])[:5]) | {fact["passage"] for hop in chain for fact in hop.get("facts", [])}
+    reached = reached_passages(record)
     em = record.get("em")
     return {
         "question": record["question"], "id": record.get("id"), "answer": record.get("answer", ""),

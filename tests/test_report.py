@@ -188,7 +188,7 @@ def test_a_run_without_types_gets_them_from_its_questions_and_a_verdict_per_type
     # six questions, two types; per question Recall@2 (0-1) of the three systems
     types = {"q0": "comparison", "q1": "comparison", "q2": "comparison", "q3": "inference", "q4": "inference", "q5": "inference"}
     scores = {"hyperprove": [1, 1, 1, 0, 0, 0.5], "ppr": [0, 0, 0, 1, 1, 1], "dense": [1, 1, 1, 0, 0, 0]}
-    (tmp_path / "questions.json").write_text(json.dumps([{"id": q, "type": t} for q, t in types.items()]))
+    (tmp_path / "questions.json").write_text(json.dumps([{"id": q, "type": t, "question": "?", "answer": "x"} for q, t in types.items()]))
     run = tmp_path / "2wiki-gold"
     run.mkdir()
     (run / "predictions.json").write_text(json.dumps({name: [{"id": f"q{k}", "recall@2": v} for k, v in enumerate(values)]
