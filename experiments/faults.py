@@ -1,12 +1,13 @@
-"""Fault injection: kill index builds, evaluations, sweeps and index additions at random points
-and check that nothing is lost.
+"""Fault injection: kill index builds, evaluations, sweeps, index additions and deletions at
+random points and check that nothing is lost.
 
     python experiments/faults.py --runs 25 --work /tmp/hyperprove-faults      # about 15 minutes on 2 cores
     python experiments/faults.py --runs 10 --jobs add                          # `index --add` alone
+    python experiments/faults.py --runs 10 --jobs delete                       # `index --delete` alone
 
 Each run starts one `hyperprove` command (an index build, an evaluation with the index cache
-cold or warm, a tracked sweep, or `index --add` growing an index of MuSiQue's first half by its
-second half), sends it SIGINT or SIGKILL after a random delay within the length of an
+cold or warm, a tracked sweep, `index --add` growing an index of MuSiQue's first half by its
+second half, or `index --delete` taking 10% of the passages out of an index of the whole corpus), sends it SIGINT or SIGKILL after a random delay within the length of an
 uninterrupted run, and checks:
 
 1. right after the kill, the command's output (index folder, results folder, sweep summary) is
@@ -79,8 +80,12 @@ class Jobs:
             return [*base, "index", corpus, "--out", str(self.work / "index"), "--cache-dir", str(self.cache)]
         if kind == "half":  # the index that `add` grows: the first half of the corpus
             return [*base, "index", str(self.work / "first-half.json"), "--out", str(self.work / "half"), "--cache-dir", str(self.cache)]
+        if kind == "whole":  # the index that `delete` shrinks
+            return [*base, "index", corpus, "--out", str(self.work / "whole"), "--cache-dir", str(self.cache)]
         if kind == "add":
             return [*base, "index", "--add", str(self.work / "second-half.json"), "--into", str(self.work / "grown"), "--cache-dir", str(self.cache)]
+        if kind == "delete":
+            return [*base, "index", "--delete", str(self.work / "deletions.json"), "--into", str(self.work / "shrunk"), "--cache-dir", str(self.cache)]
         if kind == "evaluate":
             return [*base, "evaluate", "--questions", str(self.data / "musique" / "dev.json"), "--corpus", corpus, "--limit", "20",
                     "--retriever", "dense,ppr,hyperprove-fixed,hyperprove", "--cache-dir", str(self.cache),
@@ -90,17 +95,17 @@ class Jobs:
                 "--out", str(self.work / "sweep"), "--best-out", str(self.work / "sweep" / "best.json"), "--tracking-uri", self.uri]
 
     def output(self, kind: str) -> Path:
-        return self.work / {"index": "index", "add": "grown", "evaluate": "results", "sweep": "sweep"}[kind]
+        return self.work / {"index": "index", "add": "grown", "delete": "shrunk", "evaluate": "results", "sweep": "sweep"}[kind]
 
     def prepare(self, kind: str) -> None:
-        """Before each `add`: the half index it grows, as built."""
-        if kind == "add":
+        """Before each `add` or `delete`: the index it changes, as built."""
+        if kind in ("add", "delete"):
             shutil.rmtree(self.output(kind), ignore_errors=True)
-            shutil.copytree(self.work / "half", self.output(kind))
+            shutil.copytree(self.work / {"add": "half", "delete": "whole"}[kind], self.output(kind))
 
     def result(self, kind: str, study: str | None = None):
         """What an uninterrupted run must equal (timings and run ids left out)."""
-        if kind in ("index", "add"):
+        if kind in ("index", "add", "delete"):
             return snapshot(self.output(kind))
         if kind == "evaluate":
             systems = json.loads((self.output(kind) / "results.json").read_text())["systems"]
@@ -116,7 +121,7 @@ class Jobs:
     def complete(self, kind: str) -> bool:
         """The output after a kill, when it is not the previous one: is it whole and right?"""
         try:
-            if kind in ("index", "add"):
+            if kind in ("index", "add", "delete"):
                 from pipeline.index import load_index
 
                 load_index(self.output(kind))
@@ -148,8 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", default="/tmp/hyperprove-faults")
     parser.add_argument("--data", default=str(ROOT.parent / "shared" / "data"))
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--jobs", default="index,evaluate-cold,evaluate,sweep,add",
-                        help="the commands to kill, in turn (index, evaluate-cold, evaluate, sweep, add)")
+    parser.add_argument("--jobs", default="index,evaluate-cold,evaluate,sweep,add,delete",
+                        help="the commands to kill, in turn (index, evaluate-cold, evaluate, sweep, add, delete)")
     args = parser.parse_args(argv)
     kinds = args.jobs.split(",")
     for name, value in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
@@ -165,8 +170,11 @@ def main(argv: list[str] | None = None) -> int:
     passages = json.loads((jobs.data / "musique" / "corpus.json").read_text())
     (work / "first-half.json").write_text(json.dumps(passages[: len(passages) // 2]))
     (work / "second-half.json").write_text(json.dumps(passages[len(passages) // 2 :]))
+    (work / "deletions.json").write_text(json.dumps(sorted(random.Random(1).sample(range(len(passages)), len(passages) // 10))))
     if "add" in kinds:
         jobs.run("half")
+    if "delete" in kinds:
+        jobs.run("whole")
     # References: each command uninterrupted, twice: the first fills the caches (embeddings, the
     # index cache) and gives the result to match, the second the length of a run the kills fall in.
     seconds = {}

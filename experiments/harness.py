@@ -93,7 +93,12 @@ class Workbench:
         from pipeline.index import corpus_checksum
 
         index = self._load_index()
-        if index.info.get("corpus_sha256") != corpus_checksum(self.passages):
+        checksum = corpus_checksum(self.passages)
+        if index.info.get("corpus_sha256") != checksum:
+            earlier = [g["generation"] for g in index.info.get("generations", []) if g.get("corpus_sha256") == checksum]
+            if earlier:
+                raise HyperProveError(f"{self.index_label}: the corpus evaluated is the one of its generation {earlier[-1]}, but passages were "
+                                      f"added or deleted since (it is at generation {index.generation}); evaluate it with the corpus it holds now")
             raise HyperProveError(f"{self.index_label}: built from another corpus than the one evaluated (corpus checksums differ)")
         return index
 

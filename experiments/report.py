@@ -33,7 +33,7 @@ from experiments.metrics import per_type, question_type  # noqa: E402
 from experiments.stats import describe_difference, paired_difference  # noqa: E402
 from modules.config import TUNABLES  # noqa: E402
 from modules.errors import HyperProveError  # noqa: E402
-from pipeline.config import HyperProveConfig, ProgramConfig  # noqa: E402
+from pipeline.config import HyperProveConfig, LMConfig, ProgramConfig  # noqa: E402
 from pipeline.files import atomic_write_bytes, read_json  # noqa: E402
 
 DATASET_ORDER = ("musique", "2wiki", "hotpotqa")
@@ -313,8 +313,9 @@ def is_choice(run: dict) -> bool:
 
 
 def recorded_program(run: dict) -> dict:
-    """The program settings a run ran with (a field its record lacks: what runs went without it)."""
-    return asdict(HyperProveConfig.from_record(run.get("config", {}), source=f"{run.get('results_dir', run['name'])}/results.json").program)
+    """The program settings a run ran with, and its LM adapter (a field its record lacks: what runs went without it)."""
+    config = HyperProveConfig.from_record(run.get("config", {}), source=f"{run.get('results_dir', run['name'])}/results.json")
+    return {**asdict(config.program), "adapter": config.lm.adapter}
 
 
 def answer_path(settings: dict, system: str) -> str:
@@ -325,6 +326,9 @@ def answer_path(settings: dict, system: str) -> str:
     words += [f"entity retries {settings['entity_retries']}"] if settings["entity_retries"] else []
     words += ["grounded hops"] if settings["grounded_hops"] else []
     words += ["comparison demos"] if settings["comparison_demos"] else []
+    words += ["hop answers grounded in any of the hop's facts"] if settings.get("grounded_in") == "evidence" else []
+    words += ["bridges by rule"] if settings.get("bridge_rewrite") == "rule" else []
+    words += [f"{adapter} adapter"] if (adapter := settings.get("adapter", "chat")) != "chat" else []
     words += [f"compiled `{settings['compiled']}`"] if settings["compiled"] else []
     return "; ".join(words)
 
@@ -336,7 +340,7 @@ def render_choices(runs: Sequence[dict]) -> list[str]:
              "Each train run below scores one setting of the program's options on a dataset's train questions; `hyperprove-passages` "
              "rows are the same program's top 5 passages read alone (the path's LM calls are the program's: all its steps but the final "
              "answer, then the reader). F1 differences are against the first row, question by question (paired bootstrap 95% interval). "
-             f"The defaults in `ProgramConfig` now: {answer_path(asdict(ProgramConfig()), 'hyperprove')}.", ""]
+             f"The defaults in `ProgramConfig` now: {answer_path({**asdict(ProgramConfig()), 'adapter': LMConfig().adapter}, 'hyperprove')}.", ""]
     datasets: dict[str, list[dict]] = {}
     for run in runs:
         datasets.setdefault(run["name"].split("-train-")[0], []).append(run)

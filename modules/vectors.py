@@ -74,6 +74,53 @@ class VectorIndex:
             faiss.omp_set_num_threads(threads)
         return scores, ids
 
+    def remove(self, rows: np.ndarray) -> None:
+        """Take out the vectors at `rows`; the rows after them move up, as in the array the index
+        mirrors (FAISS compacts an exact index itself)."""
+        rows = np.unique(np.asarray(rows, dtype=np.int64))
+        if not len(rows):
+            return
+        if self.kind == "exact":
+            self.index.remove_ids(rows)
+        else:
+            self.renumber(np.where(np.isin(np.arange(len(self)), rows), -1, np.arange(len(self)) - np.searchsorted(rows, np.arange(len(self)))))
+
+    def renumber(self, new_ids: np.ndarray) -> None:
+        """Keep the vector of each id k with new_ids[k] >= 0, under id new_ids[k] (the kept ones
+        are numbered 0..kept-1 in any order). An IVF index keeps the ids it was given, so they are
+        renumbered in place, one pass over its lists (not over the vectors); an exact index, whose
+        ids are its row order, is filled again in the new order."""
+        new_ids = np.asarray(new_ids, dtype=np.int64)
+        kept = np.flatnonzero(new_ids >= 0)
+        if self.kind == "exact":
+            stored = self.index.reconstruct_n(0, self.index.ntotal)
+            ordered = np.empty((len(kept), self.index.d), dtype=np.float32)
+            ordered[new_ids[kept]] = stored[kept]
+            self.index.reset()
+            self.index.add(ordered)
+            return
+        self.index.remove_ids(np.flatnonzero(new_ids < 0))
+        lists = self.index.invlists
+        for number in range(lists.nlist):
+            size = lists.list_size(number)
+            if size:
+                ids = faiss.rev_swig_ptr(lists.get_ids(number), size)  # a writable view of the list's ids
+                ids[:] = new_ids[ids]
+
+    def replace(self, rows: np.ndarray, vectors: np.ndarray) -> None:
+        """New vectors for the given rows (ids unchanged): written over an exact index's store;
+        removed from an IVF index and added again, under the same ids, to the lists they now fall in."""
+        rows = np.asarray(rows, dtype=np.int64)
+        matrix = as_float_matrix(vectors)
+        if not len(rows):
+            return
+        if self.kind == "exact":
+            stored = faiss.rev_swig_ptr(self.index.get_xb(), self.index.ntotal * self.index.d).reshape(-1, self.index.d)
+            stored[rows] = matrix
+        else:
+            self.index.remove_ids(rows)
+            self.index.add_with_ids(matrix, rows)
+
     def within(self, queries: np.ndarray, threshold: float, nprobe: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Every stored vector whose inner product with a query exceeds `threshold`, as (query row,
         id) pairs: a range search, for when the number of near neighbours is not known in advance."""

@@ -60,15 +60,16 @@ def build_config(args: argparse.Namespace) -> HyperProveConfig:
 
 # --- the commands: config -> one call -----------------------------------------------------------------
 def cmd_index(args, make_runtime) -> dict:
-    from pipeline.index import add_to_index, index_corpus
+    from pipeline.index import add_to_index, delete_from_index, index_corpus
 
     config = build_config(args)
-    if args.add:
-        if args.corpus or args.out or not args.into:
-            raise HyperProveError("index --add NEW.json takes --into DIR (the index to grow), and no corpus or --out")
-        return add_to_index(args.add, args.into, config, make_runtime(config))
+    if args.add or args.delete:
+        if args.corpus or args.out or not args.into or (args.add and args.delete):
+            raise HyperProveError("index --add NEW.json or --delete IDS.json (one of them) takes --into DIR (the index to change), and no corpus or --out")
+        change = add_to_index if args.add else delete_from_index
+        return change(args.add or args.delete, args.into, config, make_runtime(config))
     if not args.corpus or not args.out or args.into:
-        raise HyperProveError("index: give a corpus and --out DIR (or --add NEW.json --into DIR to grow an index)")
+        raise HyperProveError("index: give a corpus and --out DIR (or --add NEW.json / --delete IDS.json --into DIR to change an index)")
     return index_corpus(args.corpus, args.out, config, make_runtime(config))
 
 
@@ -159,11 +160,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hyperprove", description="Answer-guided hypergraph expansion for multi-hop QA.")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    index = commands.add_parser("index", help="build a hypergraph index from a corpus, or add passages to one")
+    index = commands.add_parser("index", help="build a hypergraph index from a corpus, or add passages to one or delete them from it")
     index.add_argument("corpus", nargs="?", help='corpus JSON: a list of {"title", "text"}')
     index.add_argument("--out", help="index directory to write (new, empty, or an earlier index)")
     index.add_argument("--add", metavar="NEW.json", help="passages to append to the index given by --into (only they are extracted and embedded)")
-    index.add_argument("--into", metavar="DIR", help="the index that --add grows, in place and atomically")
+    index.add_argument("--delete", metavar="IDS.json", help="a JSON list of passage ids and/or titles to take out of the index given by --into")
+    index.add_argument("--into", metavar="DIR", help="the index that --add grows or --delete shrinks, in place and atomically")
     _add_config_flags(index, retriever=False)
     index.set_defaults(run=cmd_index)
 

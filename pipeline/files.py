@@ -9,14 +9,13 @@ between its two renames (`.NAME.old-PID` and no NAME) is put back.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import re
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import BinaryIO, Callable, Iterable, Iterator
 
 from modules.errors import HyperProveError
 
@@ -105,12 +104,17 @@ def read_json(path: str | Path, what: str, damaged_hint: str = ""):
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    atomic_write_with(path, lambda handle: handle.write(data))
+
+
+def atomic_write_with(path: str | Path, write: Callable[[BinaryIO], object]) -> None:
+    """`write(handle)` into a temporary file beside `path`, synced, then renamed over it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     recover(path)
     temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     with open(temporary, "wb") as handle:
-        handle.write(data)
+        write(handle)
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(temporary, path)
@@ -121,11 +125,26 @@ def atomic_write_json(path: str | Path, value) -> None:
 
 
 def atomic_save_npy(path: str | Path, array) -> None:
+    """Streamed to the file: no copy of the array in memory (a million 384-d vectors are 1.5 GB)."""
     import numpy as np
 
-    buffer = io.BytesIO()
-    np.save(buffer, np.asarray(array), allow_pickle=False)
-    atomic_write_bytes(path, buffer.getvalue())
+    atomic_write_with(path, lambda handle: np.save(handle, np.asarray(array), allow_pickle=False))
+
+
+def read_npy(path: str | Path):
+    """A .npy file (no pickles) into an array that owns its memory, so that it can shrink in place."""
+    import numpy as np
+
+    with open(path, "rb") as handle:
+        version = np.lib.format.read_magic(handle)
+        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, fortran_order, dtype = read_header(handle)
+        if dtype.hasobject or fortran_order:
+            raise ValueError(f"{path}: holds Python objects or a Fortran-ordered array, which HyperProve does not write")
+        array = np.empty(shape, dtype=dtype)
+        if array.nbytes and handle.readinto(memoryview(array).cast("B")) != array.nbytes:
+            raise ValueError(f"{path}: shorter than its header says")
+    return array
 
 
 def sha256_file(path: str | Path, block: int = 1 << 22) -> str:

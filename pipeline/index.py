@@ -30,12 +30,12 @@ from modules.vectors import VectorIndex
 from pipeline.config import IndexConfig
 from pipeline.extract import Extractor, make_extractor, subject_name
 from pipeline.files import (
-    atomic_directory, atomic_save_npy, atomic_write_bytes, atomic_write_json, check_replaceable, clear_scratch, read_json, recover,
+    atomic_directory, atomic_save_npy, atomic_write_bytes, atomic_write_json, check_replaceable, clear_scratch, read_json, read_npy, recover,
     sha256_file,
 )
 
 FORMAT = "hyperprove-index"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: stable passage ids and the surface names that differ from their entity's name
 SYNONYM_QUERY_CHUNK = 65_536
 SYNONYM_NPROBE = 4  # IVF lists scanned per name: synonyms (cos > 0.8) are near-duplicates, in the same cell
 DAMAGED = "; the index is damaged, rebuild it"
@@ -110,7 +110,20 @@ class HypergraphIndex:
     fact_index: VectorIndex
     entity_index: VectorIndex
     passage_index: VectorIndex
-    info: dict = field(default_factory=dict)  # extractor, embedder, config, corpus checksum
+    info: dict = field(default_factory=dict)  # extractor, embedder, config, corpus checksum, generations
+    passage_ids: np.ndarray | None = None  # stable ids (never reused); None: the positions
+    surfaces: dict[tuple[int, int], str] = field(default_factory=dict)  # (fact, entity) -> the name the fact used, where not the entity's
+    entity_keys: list[str] | None = None  # normalise_entity of each name, kept so that growing an index does not redo them all
+    entity_order: np.ndarray | None = None  # per fact_entities entry: where its fact listed that entity (0, 1, ...); None: id order
+
+    def __post_init__(self) -> None:
+        if self.passage_ids is None:
+            self.passage_ids = np.arange(len(self.passages), dtype=np.int64)
+        if self.entity_keys is None:
+            self.entity_keys = [normalise_entity(name) for name in self.entity_names]
+        if self.entity_order is None:
+            indptr = self.fact_entities.indptr
+            self.entity_order = (np.arange(indptr[-1]) - np.repeat(indptr[:-1], np.diff(indptr))).astype(np.int32)
 
     @cached_property
     def hypergraph(self) -> Hypergraph:
@@ -130,14 +143,21 @@ class HypergraphIndex:
     @classmethod
     def from_parts(cls, passages: list[Passage], fact_text: list[str], fact_passage, fact_entities: sp.csr_matrix,
                    entity_names: list[str], synonyms: sp.csr_matrix, vectors: dict[str, np.ndarray],
-                   indexes: dict[str, VectorIndex], info: dict) -> "HypergraphIndex":
+                   indexes: dict[str, VectorIndex], info: dict, passage_ids=None,
+                   surfaces: dict[tuple[int, int], str] | None = None, entity_keys: list[str] | None = None,
+                   entity_order: np.ndarray | None = None) -> "HypergraphIndex":
         """From the arrays a build computes or a load reads; `vectors` and `indexes` by VECTOR_SETS name."""
         return cls(
             passages=passages, fact_text=fact_text, fact_passage=np.asarray(fact_passage, dtype=np.int64),
             fact_entities=fact_entities, entity_names=entity_names, synonyms=synonyms,
             **{f"{name}_vectors": vectors[name] for name in VECTOR_SETS}, **{f"{name}_index": indexes[name] for name in VECTOR_SETS},
-            info=info,
+            info=info, passage_ids=None if passage_ids is None else np.asarray(passage_ids, dtype=np.int64), surfaces=surfaces or {},
+            entity_keys=entity_keys, entity_order=entity_order,
         )
+
+    @property
+    def generation(self) -> int:
+        return self.info.get("generations", [{}])[-1].get("generation", 0)
 
     def retriever(self, config: RetrieverConfig, encode: Callable[[str], np.ndarray]) -> HypergraphRetriever:
         return HypergraphRetriever(self.hypergraph, self.fact_table, encode, config)
@@ -161,11 +181,16 @@ def assemble_index(
     vectors: dict[str, np.ndarray],
     config: IndexConfig,
     info: dict,
+    surfaces: dict[tuple[int, int], str] | None = None,
+    entity_keys: list[str] | None = None,
+    entity_order: np.ndarray | None = None,
 ) -> HypergraphIndex:
     """Steps 2-3 on extracted, embedded facts: synonyms and the FAISS indexes."""
     synonyms, entity_index = synonym_matrix(vectors["entity"], config.eta, config.synonym_neighbors, config.exact_search_max)
     indexes = {"entity": entity_index, **{name: VectorIndex.build(vectors[name], exact_max=config.exact_search_max) for name in ("fact", "passage")}}
-    return HypergraphIndex.from_parts(passages, fact_text, fact_passage, fact_entities, entity_names, synonyms, vectors, indexes, info)
+    info = {**info, "built_on": {name: len(vectors[name]) for name in VECTOR_SETS}}
+    return HypergraphIndex.from_parts(passages, fact_text, fact_passage, fact_entities, entity_names, synonyms, vectors, indexes, info,
+                                      surfaces=surfaces, entity_keys=entity_keys, entity_order=entity_order)
 
 
 def build_index(passages: list[Passage], config: IndexConfig, embedder, progress: bool = True, extractor: Extractor | None = None) -> HypergraphIndex:
@@ -178,27 +203,35 @@ def build_index(passages: list[Passage], config: IndexConfig, embedder, progress
         raise HyperProveError(f"index config names extractor {config.extractor!r} but {extractor.name!r} was given")
     facts: list[Fact] = [fact for per_passage in extractor.extract(passages, progress=progress) for fact in per_passage]
     entity_names: list[str] = []
-    fact_entities = entity_incidence(facts, {}, entity_names)
+    key_to_id: dict[str, int] = {}
+    fact_entities, entity_order, surfaces = entity_incidence(facts, key_to_id, entity_names)
     vectors = embed_new(facts, entity_names, passages, passages, embedder, progress)
+    checksum = corpus_checksum(passages)
     info = {
         "extractor": extractor.report(),
         "embedder": {"id": embedder.id, "dim": int(vectors["fact"].shape[1]) if len(facts) else embedder.dim},
         "config": asdict(config),
-        "corpus_sha256": corpus_checksum(passages),
-        "generations": [{"generation": 0, "added": len(passages), "facts": len(facts)}],
+        "corpus_sha256": checksum,
+        "generations": [{"generation": 0, "added": len(passages), "facts": len(facts), "corpus_sha256": checksum}],
     }
     return assemble_index(
         passages, [f.text for f in facts], np.array([f.passage for f in facts], dtype=np.int64),
-        fact_entities, entity_names, vectors, config, info,
+        fact_entities, entity_names, vectors, config, info, surfaces, list(key_to_id), entity_order,
     )
 
 
-def entity_incidence(facts: Sequence[Fact], key_to_id: dict[str, int], entity_names: list[str]) -> sp.csr_matrix:
+def entity_incidence(facts: Sequence[Fact], key_to_id: dict[str, int], entity_names: list[str],
+                     first_row: int = 0) -> tuple[sp.csr_matrix, np.ndarray, dict[tuple[int, int], str]]:
     """Step 1's entity nodes: A_i of each fact as entity ids, over the normalised names. A name
-    not in `key_to_id` gets the next id and is appended to `entity_names` (both are updated), so
-    growing an index numbers new names as a build of the whole corpus would."""
-    rows, cols = [], []
+    not in `key_to_id` gets the next id and is appended to `entity_names` (both are updated; the
+    keys of `key_to_id` stay in id order), so growing an index numbers new names as a build of
+    the whole corpus would. Beside the 0/1 matrix: where each fact listed each of its entities
+    (aligned with the matrix's entries), and the surface names facts used where not their
+    entity's ({(first_row + row, entity): name}; an entity is named as it was first seen). Both
+    let a deletion name and number entities as a build without the deleted facts would."""
+    rows, cols, places, surfaces = [], [], [], {}
     for row, fact in enumerate(facts):
+        seen: set[int] = set()
         for name in fact.entities:
             key = normalise_entity(name)
             if not key:
@@ -206,9 +239,27 @@ def entity_incidence(facts: Sequence[Fact], key_to_id: dict[str, int], entity_na
             if key not in key_to_id:
                 key_to_id[key] = len(entity_names)
                 entity_names.append(name)
+            entity = key_to_id[key]
+            if entity in seen:
+                continue
             rows.append(row)
-            cols.append(key_to_id[key])
-    return binary_csr(np.array(rows, dtype=np.int64), np.array(cols, dtype=np.int64), (len(facts), len(entity_names)))
+            cols.append(entity)
+            places.append(len(seen))
+            seen.add(entity)
+            if name != entity_names[entity]:
+                surfaces[(first_row + row, entity)] = name
+    return (*listed_incidence(np.array(rows, dtype=np.int64), np.array(cols, dtype=np.int64), np.array(places, dtype=np.int64),
+                              (len(facts), len(entity_names))), surfaces)
+
+
+def listed_incidence(rows: np.ndarray, cols: np.ndarray, places: np.ndarray, shape: tuple[int, int]) -> tuple[sp.csr_matrix, np.ndarray]:
+    """The 0/1 fact x entity matrix of (row, col) pairs (each once), and each entry's place in its
+    fact's list, aligned with the matrix's sorted entries."""
+    matrix = sp.csr_matrix((places.astype(np.float64) + 1.0, (rows, cols)), shape=shape)
+    matrix.sort_indices()
+    order = (matrix.data - 1.0).astype(np.int32)
+    matrix.data[:] = 1.0
+    return matrix, order
 
 
 def embed_new(facts: Sequence[Fact], names: Sequence[str], passages: Sequence[Passage], corpus: Sequence[Passage], embedder,
@@ -222,64 +273,264 @@ def embed_new(facts: Sequence[Fact], names: Sequence[str], passages: Sequence[Pa
     }
 
 
+def widened(matrix: sp.csr_matrix, shape: tuple[int, int]) -> sp.csr_matrix:
+    """`matrix` with empty rows and columns appended up to `shape` (no copy of its entries)."""
+    extra_rows = shape[0] - matrix.shape[0]
+    indptr = np.concatenate([matrix.indptr, np.full(extra_rows, matrix.indptr[-1], dtype=matrix.indptr.dtype)])
+    return sp.csr_matrix((matrix.data, matrix.indices, indptr), shape=shape)
+
+
+def settle_vector_indexes(indexes: dict[str, VectorIndex], vectors: dict[str, np.ndarray], info: dict, config: IndexConfig) -> list[str]:
+    """The retrain rule for indexes changed in place: an index is built again, as a fresh build
+    would build it, when its size has crossed `exact_search_max` (exact <-> IVF) or, for IVF,
+    when it holds more than twice or less than half the vectors its lists were trained on (the
+    lists then no longer fit the data: twice the vectors per list at the same nprobe, or
+    centroids of a distribution that has moved). Updates `indexes` and info["built_on"]; returns
+    the names built again."""
+    built_on = dict(info.get("built_on") or {name: len(indexes[name]) for name in VECTOR_SETS})
+    rebuilt = []
+    for name in VECTOR_SETS:
+        size, trained = len(vectors[name]), built_on.get(name, len(vectors[name]))
+        wanted = "exact" if size <= config.exact_search_max else "ivf"
+        if indexes[name].kind != wanted or (wanted == "ivf" and not trained / 2 <= size <= 2 * trained):
+            indexes[name] = VectorIndex.build(vectors[name], exact_max=config.exact_search_max)
+            built_on[name] = size
+            rebuilt.append(name)
+    info["built_on"] = built_on
+    return rebuilt
+
+
 def grow_index(index: HypergraphIndex, added: list[Passage], config: IndexConfig, embedder, progress: bool = True,
                extractor: Extractor | None = None) -> HypergraphIndex:
     """The index with `added` appended as passages len(index.passages)...: only they are extracted
     and embedded, and only the new names (and the old names they find above eta) are searched
     for synonyms, against every name. Facts, entities and passages keep their ids; the FAISS
-    indexes grow in place (an IVF index keeps the lists it was trained with). On the same data a
-    build of the whole corpus gives the same ids, vectors and incidence; see `grow_synonyms`.
-    `index` is consumed: its FAISS indexes are the new one's."""
+    indexes grow in place (an IVF index keeps the lists it was trained with, up to the retrain
+    rule of `settle_vector_indexes`). On the same data a build of the whole corpus gives the same
+    ids, vectors and incidence; see `grow_synonyms`. `index` is consumed: its FAISS indexes are
+    the new one's."""
     extractor = extractor or make_extractor(config.extractor)
     if extractor.name != index.info["extractor"]["name"]:
         raise HyperProveError(f"the index was built with the {index.info['extractor']['name']!r} extractor; grow it with the same, not {extractor.name!r}")
     passages = index.passages + list(added)
     facts = [fact for per_passage in extractor.extract(added, first_id=len(index.passages), progress=progress) for fact in per_passage]
     names = list(index.entity_names)
-    key_to_id = {normalise_entity(name): k for k, name in enumerate(names)}
-    incidence = entity_incidence(facts, key_to_id, names)
-    old = index.fact_entities
-    widened = sp.csr_matrix((old.data, old.indices, old.indptr), shape=(old.shape[0], len(names)))
-    fact_entities = sp.vstack([widened, incidence]).tocsr()
+    key_to_id = {key: k for k, key in enumerate(index.entity_keys)}
+    incidence, order, surfaces = entity_incidence(facts, key_to_id, names, first_row=len(index.fact_text))
+    fact_entities = sp.vstack([widened(index.fact_entities, (index.fact_entities.shape[0], len(names))), incidence]).tocsr()
     fresh = embed_new(facts, names[len(index.entity_names):], added, passages, embedder, progress)
-    vectors = {name: np.concatenate([getattr(index, f"{name}_vectors"), fresh[name]]).astype(np.float32) for name in VECTOR_SETS}
+    vectors = {name: appended_rows(taken(index, f"{name}_vectors"), fresh[name]) for name in VECTOR_SETS}
     indexes = {}
     for name in VECTOR_SETS:
         indexes[name] = getattr(index, f"{name}_index")
         if len(fresh[name]):
             indexes[name].index.add(np.ascontiguousarray(fresh[name], dtype=np.float32))
+    info = dict(index.info)
+    rebuilt = settle_vector_indexes(indexes, vectors, info, config)
     synonyms = grow_synonyms(index.synonyms, vectors["entity"], indexes["entity"], len(index.entity_names), config.eta, config.synonym_neighbors)
-    generations = index.info.get("generations") or [{"generation": 0, "added": len(index.passages), "facts": len(index.fact_text)}]
-    info = {**index.info, "corpus_sha256": corpus_checksum(passages),
-            "generations": [*generations, {"generation": generations[-1]["generation"] + 1, "added": len(added), "facts": len(facts),
-                                           "first_passage": len(index.passages), "extractor": extractor.report()}]}
+    first_id = int(index.passage_ids.max()) + 1 if len(index.passage_ids) else 0
+    checksum = corpus_checksum(passages)
+    info.update(corpus_sha256=checksum, generations=[*index.info["generations"], {
+        "generation": index.generation + 1, "added": len(added), "facts": len(facts), "first_passage_id": first_id,
+        "extractor": extractor.report(), "corpus_sha256": checksum, **({"rebuilt": rebuilt} if rebuilt else {})}])
     return HypergraphIndex.from_parts(passages, index.fact_text + [f.text for f in facts],
                                       np.concatenate([index.fact_passage, np.array([f.passage for f in facts], dtype=np.int64)]),
-                                      fact_entities, names, synonyms, vectors, indexes, info)
+                                      fact_entities, names, synonyms, vectors, indexes, info,
+                                      passage_ids=np.concatenate([index.passage_ids, first_id + np.arange(len(added))]),
+                                      surfaces={**index.surfaces, **surfaces}, entity_keys=list(key_to_id),
+                                      entity_order=np.concatenate([index.entity_order, order]))
+
+
+def shrink_index(index: HypergraphIndex, removed: np.ndarray, config: IndexConfig, embedder) -> HypergraphIndex:
+    """The index without the passages at positions `removed`, as a build of the passages left
+    would give it: their facts leave every structure; an entity no fact names any more leaves
+    with its synonym pairs; an entity whose name came from a removed fact takes the name its
+    first remaining fact used (re-embedded: the only embedding done here). Entities are numbered
+    again by their first remaining fact, as a build numbers them, so that even the order of
+    floating-point sums is a build's. The synonym lists that can change are searched again
+    (`shrink_synonyms`), the FAISS indexes shrink in place. Facts and passages keep their order
+    (ids close up); passages keep their stable ids. `index` is consumed."""
+    gone = np.zeros(len(index.passages), dtype=bool)
+    gone[np.asarray(removed, dtype=np.int64)] = True
+    kept_facts = np.flatnonzero(~gone[index.fact_passage])
+    fact_gone = np.flatnonzero(gone[index.fact_passage])
+    entries = index.fact_entities
+    listed = sp.csr_matrix((index.entity_order + 1.0, entries.indices, entries.indptr), shape=entries.shape)[kept_facts]
+    first_now, place = _first_rows(listed)
+    survivors = np.flatnonzero(first_now >= 0)
+    order = survivors[np.lexsort((place[survivors], first_now[survivors]))]  # old ids, as a build would number them
+    entity_map = np.full(entries.shape[1], -1, dtype=np.int64)
+    entity_map[order] = np.arange(len(order))
+    renamed_names = _renamed(index, kept_facts, first_now)
+    renamed = np.array(sorted(renamed_names), dtype=np.int64)
+    fact_map = np.cumsum(~gone[index.fact_passage]) - 1
+    surfaces = {(int(fact_map[row]), int(entity_map[entity])): name
+                for (row, entity), name in _rebased_surfaces(index, renamed_names).items() if not gone[index.fact_passage[row]]}
+    new_vectors = embedder.encode([renamed_names[e] for e in renamed]) if len(renamed) else np.zeros((0, index.entity_vectors.shape[1]), np.float32)
+    vectors = {"fact": kept_rows(taken(index, "fact_vectors"), kept_facts), "passage": kept_rows(taken(index, "passage_vectors"), np.flatnonzero(~gone)),
+               "entity": taken(index, "entity_vectors")[order]}
+    vectors["entity"][entity_map[renamed]] = new_vectors
+    indexes = {name: getattr(index, f"{name}_index") for name in VECTOR_SETS}
+    indexes["fact"].remove(fact_gone)
+    indexes["passage"].remove(np.flatnonzero(gone))
+    indexes["entity"].renumber(entity_map)
+    indexes["entity"].replace(entity_map[renamed], new_vectors)
+    info = dict(index.info)
+    rebuilt = settle_vector_indexes(indexes, vectors, info, config)
+    synonyms = shrink_synonyms(index.synonyms, entity_map, renamed, vectors["entity"], indexes["entity"], config.eta, config.synonym_neighbors)
+    fact_entities, entity_order = listed_incidence(np.repeat(np.arange(len(kept_facts)), np.diff(listed.indptr)), entity_map[listed.indices],
+                                                   listed.data.astype(np.int64) - 1, (len(kept_facts), len(order)))
+    passages = [p for p, out in zip(index.passages, gone) if not out]
+    checksum = corpus_checksum(passages)
+    info.update(corpus_sha256=checksum, generations=[*index.info["generations"], {
+        "generation": index.generation + 1, "removed": int(gone.sum()), "facts_removed": len(fact_gone),
+        "entities_removed": entries.shape[1] - len(order), "renamed": len(renamed),
+        "removed_passages": [[int(i), p.title] for i, p, out in zip(index.passage_ids, index.passages, gone) if out],
+        "corpus_sha256": checksum, **({"rebuilt": rebuilt} if rebuilt else {})}])
+    names = [renamed_names.get(e, index.entity_names[e]) for e in order.tolist()]
+    return HypergraphIndex.from_parts(
+        passages, [index.fact_text[k] for k in kept_facts], np.cumsum(~gone)[index.fact_passage[kept_facts]] - 1, fact_entities,
+        names, synonyms, vectors, indexes, info, passage_ids=index.passage_ids[~gone], surfaces=surfaces,
+        entity_keys=[index.entity_keys[e] for e in order.tolist()], entity_order=entity_order)
+
+
+def _first_rows(incidence: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray]:
+    """Per entity (column), the first fact (row) naming it (-1 for none), and the matrix's value there."""
+    csc = incidence.tocsc()
+    csc.sort_indices()
+    if not csc.nnz:
+        return np.full(incidence.shape[1], -1, dtype=np.int64), np.zeros(incidence.shape[1])
+    first = np.minimum(csc.indptr[:-1], csc.nnz - 1)
+    named = np.diff(csc.indptr) > 0
+    return np.where(named, csc.indices[first], -1).astype(np.int64), np.where(named, csc.data[first], 0.0)
+
+
+def _renamed(index: HypergraphIndex, kept_facts: np.ndarray, first_now: np.ndarray) -> dict[int, str]:
+    """Entities whose first fact leaves and whose first remaining fact (`first_now`, among
+    `kept_facts`) calls them otherwise: their new name, by old id."""
+    first_before, _ = _first_rows(index.fact_entities)
+    moved = np.flatnonzero((first_now >= 0) & (kept_facts[np.maximum(first_now, 0)] != first_before))
+    renamed = {}
+    for entity in moved.tolist():
+        name = index.surfaces.get((int(kept_facts[first_now[entity]]), entity), index.entity_names[entity])
+        if name != index.entity_names[entity]:
+            renamed[entity] = name
+    return renamed
+
+
+def _rebased_surfaces(index: HypergraphIndex, renamed: dict[int, str]) -> dict[tuple[int, int], str]:
+    """The surface names facts used, relative to the new names of renamed entities (old ids)."""
+    surfaces = dict(index.surfaces)
+    if renamed:
+        columns = index.fact_entities.tocsc()
+        for entity, name in renamed.items():
+            for row in columns.indices[columns.indptr[entity] : columns.indptr[entity + 1]].tolist():
+                used = index.surfaces.get((row, entity), index.entity_names[entity])
+                if used == name:
+                    surfaces.pop((row, entity), None)
+                else:
+                    surfaces[(row, entity)] = used
+    return surfaces
+
+
+ROW_CHUNK = 65_536
+
+
+def taken(index: HypergraphIndex, name: str) -> np.ndarray:
+    """index.<name>, taken out of the index being changed (it is consumed), so that the array can
+    change size in place without another owner seeing it."""
+    array = getattr(index, name)
+    setattr(index, name, None)
+    return array
+
+
+def resized(array: np.ndarray, rows: int) -> np.ndarray:
+    """`array` with `rows` rows: in place (a realloc, which the OS serves by remapping pages, not
+    by a second copy of a million vectors) where numpy owns the buffer and nothing else views it;
+    a copy otherwise."""
+    try:
+        array.resize((rows, *array.shape[1:]), refcheck=False)
+        return array
+    except ValueError:  # a view, or memory numpy did not allocate
+        out = np.zeros((rows, *array.shape[1:]), dtype=array.dtype)
+        out[: min(rows, len(array))] = array[:rows]
+        return out
+
+
+def appended_rows(array: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    first = len(array)
+    array = resized(np.asarray(array, dtype=np.float32), first + len(rows))
+    array[first:] = rows
+    return array
+
+
+def kept_rows(array: np.ndarray, kept: np.ndarray) -> np.ndarray:
+    """array[kept] for ascending `kept`, moved up in place chunk by chunk (a row only ever moves
+    to a lower place, after it has been read), then cut to size."""
+    for start in range(0, len(kept), ROW_CHUNK):
+        block = kept[start : start + ROW_CHUNK]
+        array[start : start + len(block)] = array[block]
+    return resized(array, len(kept))
+
+
+def names_near(entity_index: VectorIndex, vectors: np.ndarray, eta: float) -> np.ndarray:
+    """The names above eta from any of `vectors`: the only names whose synonym lists a name with
+    one of these vectors can enter or leave."""
+    return np.unique(entity_index.within(vectors, eta, nprobe=SYNONYM_NPROBE)[1]) if len(vectors) else np.zeros(0, dtype=np.int64)
+
+
+def shrink_synonyms(synonyms: sp.csr_matrix, new_ids: np.ndarray, renamed: np.ndarray, entity_vectors: np.ndarray,
+                    entity_index: VectorIndex, eta: float, neighbors: int) -> sp.csr_matrix:
+    """Step 2 after names left (`new_ids` -1; the others renumbered to new_ids) or changed their
+    vectors (`renamed`, old ids), giving the pairs a full search of the names left gives. A name
+    whose list held a leaving or changed name is paired with it, so the lists that can change are
+    those of their partners, of the changed names, and of the names near their new vectors (no
+    search over the names that leave); `refresh_synonyms` searches them again. `entity_vectors`
+    and `entity_index` are those after the change, in the new numbering."""
+    synonyms = synonyms.tocsr()
+    partners = synonyms[np.concatenate([np.flatnonzero(new_ids < 0), renamed])].indices
+    touched = np.concatenate([new_ids[partners][new_ids[partners] >= 0], new_ids[renamed],
+                              names_near(entity_index, entity_vectors[new_ids[renamed]], eta)])
+    pairs = synonyms.tocoo()
+    rows, cols = new_ids[pairs.row], new_ids[pairs.col]
+    both = (rows >= 0) & (cols >= 0)
+    n = len(entity_vectors)
+    return refresh_synonyms(binary_csr(rows[both], cols[both], (n, n)), entity_vectors, entity_index, touched, eta, neighbors)
 
 
 def grow_synonyms(synonyms: sp.csr_matrix, entity_vectors: np.ndarray, entity_index: VectorIndex, first_new: int, eta: float,
                   neighbors: int) -> sp.csr_matrix:
-    """Step 2 for new names, giving the pairs a build of the whole corpus gives. A pair is two
-    names each within the other's reach: one of the `neighbors` nearest names of the other, above
-    eta. New names can change that for an old name only if one of them lies above eta from it
-    (then it may enter the old name's list and push a pair out): those old names and their old
-    partners have their lists searched again, the new names theirs, and their pairs are redone;
-    every other pair stays as it was."""
+    """Step 2 for new names, giving the pairs a build of the whole corpus gives. New names can
+    change an old name's list only if one of them lies above eta from it (then it may enter the
+    list and push a pair out): those old names and the new ones are the names `refresh_synonyms`
+    searches again."""
     n = len(entity_vectors)
     if first_new == n:
         return synonyms
     new = np.arange(first_new, n)
-    _, near = entity_index.within(entity_vectors[new], eta, nprobe=SYNONYM_NPROBE)
-    affected = np.unique(near[near < first_new])
-    old = synonyms.tocsr()
-    partners = old[affected].indices if len(affected) else np.zeros(0, dtype=np.int64)
-    redone = np.union1d(np.union1d(affected, partners), new)
+    return refresh_synonyms(synonyms, entity_vectors, entity_index, np.union1d(names_near(entity_index, entity_vectors[new], eta), new), eta, neighbors)
+
+
+def refresh_synonyms(synonyms: sp.csr_matrix, entity_vectors: np.ndarray, entity_index: VectorIndex, touched: np.ndarray, eta: float,
+                     neighbors: int) -> sp.csr_matrix:
+    """Step 2 again where the names changed, giving the pairs a full search gives. A pair is two
+    names one of which is among the other's `neighbors` nearest above eta. `touched` are the
+    names whose lists may have changed (a name near them came or went); every other list is as
+    it was, so a pair between two untouched names stays. The touched names and their old
+    partners (whose lists may hold them) have their lists searched again, and their pairs come
+    from those lists. `synonyms` is in the current numbering, with rows for every name."""
+    n = len(entity_vectors)
+    old = widened(synonyms.tocsr(), (n, n))  # names appended since have empty rows and columns
+    touched = np.unique(np.asarray(touched, dtype=np.int64))
+    if not len(touched):
+        return old
+    partners = old[touched].indices
+    redone = np.union1d(touched, partners)
     scores, found = entity_index.search(entity_vectors[redone], neighbors + 1, nprobe=SYNONYM_NPROBE)
     keep = (scores > eta) & (found >= 0) & (found != redone[:, None])
     rows, cols = np.broadcast_to(redone[:, None], found.shape)[keep], found[keep]
     kept = old.tocoo()
-    stays = ~np.isin(kept.row, affected) & ~np.isin(kept.col, affected)
+    stays = ~np.isin(kept.row, touched) & ~np.isin(kept.col, touched)
     all_rows = np.concatenate([kept.row[stays], rows, cols])
     all_cols = np.concatenate([kept.col[stays], cols, rows])
     return binary_csr(all_rows.astype(np.int64), all_cols.astype(np.int64), (n, n))
@@ -315,15 +566,23 @@ def save_index(index: HypergraphIndex, directory: str | Path) -> Path:
     check_index_target(directory)
     with atomic_directory(directory) as scratch:
         entity_ptr = index.fact_entities.indptr
-        atomic_write_bytes(scratch / "passages.jsonl", _jsonl([{"title": p.title, "text": p.text} for p in index.passages]))
+        owner = np.repeat(np.arange(len(index.fact_text)), np.diff(entity_ptr))
+        listed = index.fact_entities.indices[np.lexsort((index.entity_order, owner))]  # each fact's entities as it listed them
+        atomic_write_bytes(scratch / "passages.jsonl", _jsonl([{"id": int(i), "title": p.title, "text": p.text}
+                                                               for i, p in zip(index.passage_ids, index.passages)]))
+        surfaces: dict[int, list] = {}
+        for (row, entity), name in sorted(index.surfaces.items()):
+            surfaces.setdefault(row, []).append([entity, name])
         atomic_write_bytes(
             scratch / "facts.jsonl",
             _jsonl([
-                {"text": text, "passage": int(passage), "entities": index.fact_entities.indices[entity_ptr[i] : entity_ptr[i + 1]].tolist()}
+                {"text": text, "passage": int(passage), "entities": listed[entity_ptr[i] : entity_ptr[i + 1]].tolist(),
+                 **({"surfaces": surfaces[i]} if i in surfaces else {})}
                 for i, (text, passage) in enumerate(zip(index.fact_text, index.fact_passage))
             ]),
         )
         atomic_write_json(scratch / "entities.json", index.entity_names)
+        atomic_write_json(scratch / "entity_keys.json", index.entity_keys)
         upper = sp.triu(index.synonyms, k=1).tocoo()
         atomic_save_npy(scratch / "synonyms.npy", np.stack([upper.row, upper.col], axis=1).astype(np.int64))
         for name, index_file in VECTOR_SETS.items():
@@ -342,7 +601,7 @@ def save_index(index: HypergraphIndex, directory: str | Path) -> Path:
     return directory
 
 
-REQUIRED_FILES = {"passages.jsonl", "facts.jsonl", "entities.json", "synonyms.npy",
+REQUIRED_FILES = {"passages.jsonl", "facts.jsonl", "entities.json", "entity_keys.json", "synonyms.npy",
                   *VECTOR_SETS.values(), *(f"{name}_vectors.npy" for name in VECTOR_SETS)}
 
 
@@ -430,28 +689,34 @@ def load_index(directory: str | Path, expect_embedder: str | None = None, verify
 
 
 def _read_index(directory: Path, manifest: dict) -> HypergraphIndex:
-    passages = [Passage(title=row["title"], text=row["text"]) for row in _read_jsonl(directory / "passages.jsonl")]
+    passage_rows = _read_jsonl(directory / "passages.jsonl")
+    passages = [Passage(title=row["title"], text=row["text"]) for row in passage_rows]
     fact_rows = _read_jsonl(directory / "facts.jsonl")
+    surfaces = {(row, int(entity)): name for row, fact in enumerate(fact_rows) for entity, name in fact.get("surfaces", ())}
     entity_names = read_json(directory / "entities.json", "entities", damaged_hint=DAMAGED)
-    lengths = [len(row["entities"]) for row in fact_rows]
-    fact_entities = sp.csr_matrix(
-        (np.ones(sum(lengths)), np.array([e for row in fact_rows for e in row["entities"]], dtype=np.int64),
-         np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)),
-        shape=(len(fact_rows), len(entity_names)),
-    )
-    pairs = np.load(directory / "synonyms.npy", allow_pickle=False).reshape(-1, 2)
+    entity_keys = read_json(directory / "entity_keys.json", "entity keys", damaged_hint=DAMAGED)
+    if len(entity_keys) != len(entity_names):
+        raise HyperProveError(f"{directory}: entity_keys.json does not match entities.json{DAMAGED}")
+    lengths = np.array([len(row["entities"]) for row in fact_rows], dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    fact_entities, entity_order = listed_incidence(  # each fact's entities are stored as it listed them
+        np.repeat(np.arange(len(fact_rows)), lengths), np.array([e for row in fact_rows for e in row["entities"]], dtype=np.int64),
+        np.arange(lengths.sum()) - np.repeat(starts, lengths), (len(fact_rows), len(entity_names)))
+    pairs = read_npy(directory / "synonyms.npy").reshape(-1, 2)
     n_entities = len(entity_names)
     synonyms = binary_csr(np.concatenate([pairs[:, 0], pairs[:, 1]]), np.concatenate([pairs[:, 1], pairs[:, 0]]), (n_entities, n_entities))
-    vectors = {name: np.load(directory / f"{name}_vectors.npy", allow_pickle=False) for name in VECTOR_SETS}
+    vectors = {name: read_npy(directory / f"{name}_vectors.npy") for name in VECTOR_SETS}
     indexes = {name: VectorIndex(faiss.read_index(str(directory / index_file))) for name, index_file in VECTOR_SETS.items()}
     expected = {"fact": len(fact_rows), "entity": n_entities, "passage": len(passages)}
     dim = manifest["embedder"]["dim"]
     for name, count in expected.items():
         if vectors[name].shape != (count, dim) or len(indexes[name]) != count:
             raise HyperProveError(f"{directory}: {name} vectors do not match the manifest counts; rebuild the index")
-    info = {key: manifest[key] for key in ("extractor", "embedder", "config", "corpus_sha256", "generations") if key in manifest}
+    info = {key: manifest[key] for key in ("extractor", "embedder", "config", "corpus_sha256", "generations", "built_on") if key in manifest}
     return HypergraphIndex.from_parts(passages, [row["text"] for row in fact_rows], [row["passage"] for row in fact_rows],
-                                      fact_entities, entity_names, synonyms, vectors, indexes, info)
+                                      fact_entities, entity_names, synonyms, vectors, indexes, info,
+                                      passage_ids=[row["id"] for row in passage_rows], surfaces=surfaces, entity_keys=entity_keys,
+                                      entity_order=entity_order)
 
 
 # --- the index cache -------------------------------------------------------------------------------
@@ -461,7 +726,7 @@ def index_key(passages: Sequence[Passage], config) -> str:
     reuses an index built with another."""
     from pipeline.extract import EXTRACTOR_VERSIONS
 
-    shaping = {**config.index.shaping(), "extractor_version": EXTRACTOR_VERSIONS[config.index.extractor]}
+    shaping = {**config.index.shaping(), "extractor_version": EXTRACTOR_VERSIONS[config.index.extractor], "format_version": FORMAT_VERSION}
     if config.index.extractor == "lm":
         shaping["lm"] = config.lm.id
     digest = hashlib.sha256(json.dumps(shaping, sort_keys=True).encode()).hexdigest()[:16]
@@ -530,9 +795,8 @@ def add_to_index(added_corpus: str | Path, directory: str | Path, config, runtim
     if len(added) < len(offered):
         log(f"{len(offered) - len(added)} of the {len(offered)} passages are in the index already (or repeated): skipped")
     if not added:
-        log(f"{directory}: nothing to add; generation {index.info.get('generations', [{}])[-1].get('generation', 0)} stays")
-        return {"index": str(directory), "generation": index.info.get("generations", [{}])[-1].get("generation", 0), "added": 0,
-                **index.counts(), "seconds": 0.0}
+        log(f"{directory}: nothing to add; generation {index.generation} stays")
+        return {"index": str(directory), "generation": index.generation, "added": 0, **index.counts(), "seconds": 0.0}
     runtime = runtime or Runtime(config)
     extractor = extractor_for(config, runtime)
     started = time.perf_counter()
@@ -542,7 +806,77 @@ def add_to_index(added_corpus: str | Path, directory: str | Path, config, runtim
     seconds = time.perf_counter() - started
     for line in describe_extraction(extractor):
         log(line)
-    generation = index.info["generations"][-1]["generation"]
+    generation = index.generation
     log(f"{directory}: generation {generation}, {len(added)} passages added ({before['passages']} -> {len(index.passages)}): "
         f"{index.counts()} in {seconds:.1f} s")
     return {"index": str(directory), "generation": generation, "added": len(added), **index.counts(), "seconds": round(seconds, 2)}
+
+
+def read_deletions(path: str | Path) -> list[int | str]:
+    """A deletions file: a JSON list of passage ids (integers, as the index numbers them) and/or
+    titles (strings: every passage of that title)."""
+    from pipeline.corpus import check_text, read_json_list
+
+    path = Path(path)
+    items = read_json_list(path, "deletions")
+    for position, item in enumerate(items):
+        if isinstance(item, bool) or not isinstance(item, (int, str)):
+            raise HyperProveError(f"{path}: item {position} must be a passage id (an integer) or a title (a string), found {type(item).__name__}")
+        if isinstance(item, str):
+            check_text(path, position, "title", item)
+    if not items:
+        raise HyperProveError(f"{path}: the deletions list is empty")
+    return items
+
+
+def passages_to_remove(index: HypergraphIndex, wanted: Sequence[int | str], source: str, log: Callable[[str], None] = print) -> np.ndarray:
+    """Positions of the passages that `wanted` names. An id or title an earlier generation removed
+    is skipped with a note (so running a deletion again does nothing); one never in the index is
+    an error naming it."""
+    position_of = {int(i): k for k, i in enumerate(index.passage_ids)}
+    titled: dict[str, list[int]] = {}
+    for k, passage in enumerate(index.passages):
+        titled.setdefault(passage.title, []).append(k)
+    removed_in = {}
+    for generation in index.info.get("generations", []):
+        for passage_id, title in generation.get("removed_passages", []):
+            removed_in[passage_id] = removed_in[title] = generation["generation"]
+    positions: list[int] = []
+    for item_number, item in enumerate(wanted):
+        found = [position_of[item]] if isinstance(item, int) and item in position_of else titled.get(item, []) if isinstance(item, str) else []
+        if found:
+            positions += found
+        elif item in removed_in:
+            log(f"{source}: item {item_number} ({item!r}) was removed in generation {removed_in[item]}: skipped")
+        else:
+            kind = f"id {item}" if isinstance(item, int) else f"titled {item!r}"
+            raise HyperProveError(f"{source}: item {item_number}: no passage {kind} in the index (passage ids are listed in its passages.jsonl)")
+    return np.unique(np.array(positions, dtype=np.int64))
+
+
+def delete_from_index(deletions: str | Path, directory: str | Path, config, runtime=None, log: Callable[[str], None] = print) -> dict:
+    """`hyperprove index --delete IDS.json --into DIR`: the passages named in `deletions` (ids or
+    titles) taken out of the index in `directory` as its next generation, written atomically over
+    it (a kill leaves the previous generation; running the command again finishes the job, and
+    after a finished run it finds nothing left to delete)."""
+    import time
+
+    from pipeline.runtime import Runtime
+
+    index = load_index(directory, expect=config.index)
+    removed = passages_to_remove(index, read_deletions(deletions), str(deletions), log)
+    if not len(removed):
+        log(f"{directory}: nothing to delete; generation {index.generation} stays")
+        return {"index": str(directory), "generation": index.generation, "removed": 0, **index.counts(), "seconds": 0.0}
+    if len(removed) == len(index.passages):
+        raise HyperProveError(f"{deletions}: names every passage of {directory}; an index needs at least one (build a new one instead)")
+    runtime = runtime or Runtime(config)
+    started = time.perf_counter()
+    before = index.counts()
+    index = shrink_index(index, removed, config.index, runtime.embedder)
+    save_index(index, directory)
+    seconds = time.perf_counter() - started
+    change = index.info["generations"][-1]
+    log(f"{directory}: generation {index.generation}, {len(removed)} passages removed ({before['passages']} -> {len(index.passages)}; "
+        f"{change['facts_removed']} facts, {change['entities_removed']} entities, {change['renamed']} renamed): {index.counts()} in {seconds:.1f} s")
+    return {"index": str(directory), "generation": index.generation, "removed": len(removed), **index.counts(), "seconds": round(seconds, 2)}

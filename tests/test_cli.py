@@ -522,7 +522,7 @@ def test_answer_path_flags_reach_the_program_config():
         LMConfig(adapter="json")
 
 
-def test_index_add_grows_an_index_that_evaluate_takes_for_the_whole_corpus(files, capsys, scripted_cli, tmp_path):
+def test_index_add_and_delete_change_an_index_that_evaluate_checks_against_its_corpus(files, capsys, scripted_cli, tmp_path):
     (tmp_path / "first.json").write_text(json.dumps(CORPUS[:3]))
     (tmp_path / "rest.json").write_text(json.dumps(CORPUS[3:]))
     code, _, _ = run_scripted(capsys, scripted_cli, "index", tmp_path / "first.json", "--out", tmp_path / "idx", "--embedder", "test-hash")
@@ -542,8 +542,18 @@ def test_index_add_grows_an_index_that_evaluate_takes_for_the_whole_corpus(files
     code, out, err = run_scripted(capsys, scripted_cli, "evaluate", "--questions", files / "questions.json", "--corpus", files / "corpus.json", "--index", tmp_path / "idx",
                          "--retriever", "hyperprove", "--embedder", "test-hash", "--no-track", "--out", tmp_path / "results", "--json")
     assert code == 0, err
+    # delete the last passage by title: the corpus of generation 1 no longer fits the index, and evaluate says why
+    (tmp_path / "gone.json").write_text(json.dumps([CORPUS[-1]["title"]]))
+    code, out, _ = run_scripted(capsys, scripted_cli, "index", "--delete", tmp_path / "gone.json", "--into", tmp_path / "idx", "--embedder", "test-hash")
+    assert code == 0 and f"{tmp_path / 'idx'}: generation 2, 1 passages removed (5 -> 4;" in out
+    code, _, err = run_scripted(capsys, scripted_cli, "evaluate", "--questions", files / "questions.json", "--corpus", files / "corpus.json", "--index", tmp_path / "idx",
+                                "--retriever", "hyperprove", "--embedder", "test-hash", "--no-track", "--out", tmp_path / "results2")
+    assert code == 2 and err == (f"error: {tmp_path / 'idx'} (for {files / 'corpus.json'}): the corpus evaluated is the one of its generation 1, but passages "
+                                 "were added or deleted since (it is at generation 2); evaluate it with the corpus it holds now\n")
     # one line for the wrong combinations
-    code, _, err = run_scripted(capsys, scripted_cli, "index", "--add", tmp_path / "rest.json", "--embedder", "test-hash")
-    assert code == 2 and err == "error: index --add NEW.json takes --into DIR (the index to grow), and no corpus or --out\n"
+    for wrong in (["--add", tmp_path / "rest.json"], ["--add", tmp_path / "rest.json", "--delete", tmp_path / "gone.json", "--into", tmp_path / "idx"]):
+        code, _, err = run_scripted(capsys, scripted_cli, "index", *wrong, "--embedder", "test-hash")
+        assert code == 2 and err == ("error: index --add NEW.json or --delete IDS.json (one of them) takes --into DIR (the index to change), "
+                                     "and no corpus or --out\n")
     code, _, err = run_scripted(capsys, scripted_cli, "index", files / "corpus.json", "--embedder", "test-hash")
-    assert code == 2 and err == "error: index: give a corpus and --out DIR (or --add NEW.json --into DIR to grow an index)\n"
+    assert code == 2 and err == "error: index: give a corpus and --out DIR (or --add NEW.json / --delete IDS.json --into DIR to change an index)\n"

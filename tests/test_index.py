@@ -69,13 +69,15 @@ def test_round_trip_is_exact(built, tmp_path):
     loaded = load_index(tmp_path / "idx", expect_embedder="test-hash")
     assert loaded.passages == built.passages and loaded.fact_text == built.fact_text
     assert loaded.entity_names == built.entity_names and loaded.info == built.info
+    assert loaded.passage_ids.tolist() == [0, 1, 2] and loaded.surfaces == built.surfaces and loaded.entity_keys == built.entity_keys
+    assert loaded.entity_order.tolist() == built.entity_order.tolist() and built.entity_order.max() > 0
     np.testing.assert_array_equal(loaded.fact_passage, built.fact_passage)
     assert (loaded.fact_entities != built.fact_entities).nnz == 0
     np.testing.assert_array_equal(loaded.fact_vectors, built.fact_vectors)
     query = built.fact_vectors[2]
     assert loaded.fact_index.search(query, 3)[1].tolist() == built.fact_index.search(query, 3)[1].tolist()
     manifest = json.loads((tmp_path / "idx" / "manifest.json").read_text())
-    assert manifest["format_version"] == 1 and manifest["embedder"] == {"id": "test-hash", "dim": 256}
+    assert manifest["format_version"] == 2 and manifest["embedder"] == {"id": "test-hash", "dim": 256}
     assert manifest["extractor"] == {"name": "sentences", "version": "1"}
     assert set(manifest["files"]) >= {"facts.jsonl", "fact_vectors.npy", "facts.faiss", "entities.faiss"}
 
@@ -163,7 +165,8 @@ def test_an_index_grown_by_adding_passages_equals_one_built_on_the_whole_corpus(
     for name in ("fact", "entity", "passage"):
         assert np.array_equal(getattr(grown, f"{name}_vectors"), getattr(whole, f"{name}_vectors"))
     assert grown.info["corpus_sha256"] == whole.info["corpus_sha256"]
-    assert [(g["generation"], g["added"], g.get("first_passage")) for g in grown.info["generations"]] == [(0, 3, None), (1, 3, 3)]
+    assert [(g["generation"], g["added"], g.get("first_passage_id")) for g in grown.info["generations"]] == [(0, 3, None), (1, 3, 3)]
+    assert grown.passage_ids.tolist() == list(range(6)) and grown.surfaces == whole.surfaces
     from modules.retriever import RetrieverConfig
 
     for query, frontier in [("Who directed Duel?", []), ("Where was the director of Jaws born?", [0]), ("Ohio River", [])]:
@@ -199,3 +202,209 @@ def test_grown_synonyms_equal_a_full_search_even_where_new_names_push_old_pairs_
     grown = grow_synonyms(old, vectors, VectorIndex.build(vectors), first_new, eta, neighbors)
     assert (old != whole[:first_new, :first_new]).nnz > 0  # the case this is about: old pairs did change
     assert (grown != whole).nnz == 0
+
+
+SHRUNK = [
+    Passage("Milky Way (restaurant)", "Léah Adler ran the Milky Way restaurant."),  # names Leah Adler first, with an accent
+    *GROWN[:2], GROWN[3], GROWN[4], GROWN[2],
+]
+
+
+def keyed(index) -> dict:
+    """An index in terms of entity keys, not ids: what two indexes of one corpus must share."""
+    keys = [normalise_entity(name) for name in index.entity_names]
+    coo = index.fact_entities.tocoo()
+    pairs = index.synonyms.tocoo()
+    return {
+        "names": dict(zip(keys, index.entity_names)),
+        "incidence": sorted((int(r), keys[c]) for r, c in zip(coo.row, coo.col)),
+        "synonyms": sorted((keys[r], keys[c]) for r, c in zip(pairs.row, pairs.col)),
+        "surfaces": sorted((row, keys[e], name) for (row, e), name in index.surfaces.items()),
+        "entity_vectors": {k: v.tolist() for k, v in zip(keys, index.entity_vectors)},
+        "facts": (index.fact_text, index.fact_passage.tolist()), "passages": index.passages,
+    }
+
+
+def test_an_index_shrunk_by_deleting_passages_equals_one_built_without_them(hash_embedder, tmp_path):
+    """Deleting the restaurant and Duel: "Leah Adler" loses the fact that named it (with an
+    accent) and takes the name of her next fact; "Spielberg", "Dennis Weaver" and "Duel" leave,
+    and with "Spielberg" its synonym pair with "Steven Spielberg"."""
+    from modules.retriever import RetrieverConfig
+    from pipeline.index import shrink_index
+
+    config = IndexConfig(eta=0.7)
+    built = build_index(SHRUNK, config, hash_embedder, progress=False)
+    assert built.entity_names[built.fact_entities[0].indices[0]] == "Léah Adler"
+    assert any(name == "Leah Adler" for name in built.surfaces.values())
+    save_index(built, tmp_path / "idx")
+    shrunk = shrink_index(load_index(tmp_path / "idx"), np.array([0, 4]), config, hash_embedder)
+    save_index(shrunk, tmp_path / "idx")
+    shrunk = load_index(tmp_path / "idx")
+    kept = [p for k, p in enumerate(SHRUNK) if k not in (0, 4)]
+    whole = build_index(kept, config, hash_embedder, progress=False)
+    assert keyed(shrunk) == keyed(whole)
+    # numbered as a build numbers them: "Leah Adler" (id 0 before) now comes after Cincinnati, her first fact's
+    assert shrunk.entity_names == whole.entity_names and shrunk.entity_names.index("Leah Adler") == 4
+    assert (shrunk.fact_entities != whole.fact_entities).nnz == 0 and (shrunk.synonyms != whole.synonyms).nnz == 0
+    assert np.array_equal(shrunk.entity_vectors, whole.entity_vectors) and shrunk.surfaces == whole.surfaces
+    assert "Leah Adler" in shrunk.entity_names and "Léah Adler" not in shrunk.entity_names
+    assert shrunk.entity_keys == [normalise_entity(name) for name in shrunk.entity_names]
+    assert not {"spielberg", "dennis weaver", "duel"} & {normalise_entity(n) for n in shrunk.entity_names}
+    assert keyed(built)["synonyms"] == [("ohio", "ohio river"), ("ohio river", "ohio"), ("spielberg", "steven spielberg"), ("steven spielberg", "spielberg")]
+    assert keyed(shrunk)["synonyms"] == [("ohio", "ohio river"), ("ohio river", "ohio")]  # the pair left with "Spielberg"
+    for name in ("fact", "passage"):
+        assert np.array_equal(getattr(shrunk, f"{name}_vectors"), getattr(whole, f"{name}_vectors"))
+    assert shrunk.passage_ids.tolist() == [1, 2, 3, 5] and shrunk.counts() == whole.counts()
+    assert shrunk.info["corpus_sha256"] == whole.info["corpus_sha256"]
+    change = shrunk.info["generations"][-1]
+    assert (change["generation"], change["removed"], change["facts_removed"], change["renamed"]) == (1, 2, 3, 1)
+    assert change["removed_passages"] == [[0, "Milky Way (restaurant)"], [4, "Duel (film)"]]
+    for query, frontier in [("Who was the mother of Steven Spielberg?", []), ("Where was the director of Jaws born?", [0]), ("Leah Adler", [])]:
+        ours = shrunk.retriever(RetrieverConfig(top_k=3), hash_embedder.encode_query)(query, frontier=frontier)
+        theirs = whole.retriever(RetrieverConfig(top_k=3), hash_embedder.encode_query)(query, frontier=frontier)
+        assert (ours.passages, [f.id for f in ours.facts]) == (theirs.passages, [f.id for f in theirs.facts])
+
+
+def test_passage_ids_stay_through_deletions_and_additions(hash_embedder, tmp_path):
+    from pipeline.index import grow_index, shrink_index
+
+    config = IndexConfig(eta=0.7)
+    index = shrink_index(build_index(GROWN[:4], config, hash_embedder, progress=False), np.array([1]), config, hash_embedder)
+    index = grow_index(index, GROWN[4:], config, hash_embedder, progress=False)
+    assert index.passage_ids.tolist() == [0, 2, 3, 4, 5]  # 1 is never given again
+    assert [p.title for p in index.passages] == [GROWN[k].title for k in (0, 2, 3, 4, 5)]
+    assert keyed(index) == keyed(build_index([GROWN[k] for k in (0, 2, 3, 4, 5)], config, hash_embedder, progress=False))
+
+
+def test_delete_by_id_or_title_and_again(hash_embedder, tmp_path):
+    from pipeline.config import HyperProveConfig
+    from pipeline.index import delete_from_index
+    from pipeline.runtime import Runtime
+
+    config = HyperProveConfig().with_overrides(index={"embedder": "test-hash", "eta": 0.7})
+    runtime = Runtime(config, embedder=hash_embedder)
+    save_index(build_index(SHRUNK, config.index, hash_embedder, progress=False), tmp_path / "idx")
+    wanted = tmp_path / "ids.json"
+    wanted.write_text(json.dumps([4, "Milky Way (restaurant)"]))
+    said = []
+    result = delete_from_index(wanted, tmp_path / "idx", config, runtime, log=said.append)
+    assert (result["generation"], result["removed"], result["passages"]) == (1, 2, 4)
+    result = delete_from_index(wanted, tmp_path / "idx", config, runtime, log=said.append)  # again: nothing left to do
+    assert (result["generation"], result["removed"]) == (1, 0)
+    assert said[-3:] == [f"{wanted}: item 0 (4) was removed in generation 1: skipped",
+                         f"{wanted}: item 1 ('Milky Way (restaurant)') was removed in generation 1: skipped",
+                         f"{tmp_path / 'idx'}: nothing to delete; generation 1 stays"]
+    for items, message in [([99], "item 0: no passage id 99 in the index"), ([1, "Jaw"], "item 1: no passage titled 'Jaw' in the index"),
+                           ([[1]], "item 0 must be a passage id \\(an integer\\) or a title \\(a string\\), found list"),
+                           ([True], "found bool"), ([], "the deletions list is empty"),
+                           ([1, 2, 3, 5], "names every passage of .*; an index needs at least one")]:
+        wanted.write_text(json.dumps(items))
+        with pytest.raises(HyperProveError, match=message):
+            delete_from_index(wanted, tmp_path / "idx", config, runtime, log=said.append)
+    assert load_index(tmp_path / "idx").generation == 1
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_shrunk_synonyms_equal_a_full_search_where_names_leave_or_change(seed):
+    """A name that leaves frees a place in its neighbours' lists for another pair; a renamed one
+    moves: the full search of the names left is the reference."""
+    from modules.vectors import VectorIndex
+    from pipeline.index import shrink_synonyms
+
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(4, 16))
+    unit = lambda v: (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)  # noqa: E731
+    vectors = unit(centres[rng.integers(0, 4, size=60)] + 0.35 * rng.normal(size=(60, 16)))
+    eta, neighbors = 0.8, 3
+    alive = rng.random(60) > 0.2
+    renamed = np.sort(rng.choice(np.flatnonzero(alive), size=3, replace=False))
+    after = vectors.copy()
+    after[renamed] = unit(centres[rng.integers(0, 4, size=3)] + 0.35 * rng.normal(size=(3, 16)))
+    before, _ = synonym_matrix(vectors, eta, neighbors, exact_max=1000)
+    new_ids = np.full(60, -1)
+    new_ids[alive] = rng.permutation(alive.sum())  # the names left, numbered again in another order
+    left = np.empty((alive.sum(), 16), dtype=np.float32)
+    left[new_ids[alive]] = after[alive]
+    shrunk = shrink_synonyms(before, new_ids, renamed, left, VectorIndex.build(left), eta, neighbors)
+    whole, _ = synonym_matrix(left, eta, neighbors, exact_max=1000)
+    kept = np.flatnonzero(alive)[np.argsort(new_ids[alive])]
+    assert (before[kept][:, kept] != whole).nnz > 0  # the case this is about: pairs did change
+    assert (shrunk != whole).nnz == 0
+
+
+@pytest.mark.parametrize("exact_max", [10_000, 100])
+def test_vector_index_rows_removed_and_replaced_as_in_the_array(exact_max):
+    from modules.vectors import VectorIndex
+
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(size=(3000, 16)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    index = VectorIndex.build(vectors, exact_max=exact_max)
+    assert index.kind == ("exact" if exact_max > 3000 else "ivf")
+    index.remove(np.array([2999, 5, 17, 100, 5]))
+    left = np.delete(vectors, [5, 17, 100, 2999], axis=0)
+    left[[0, 7, 2000]] = vectors[[3000 - 1, 17, 5]]  # rows given the vectors of removed ones
+    index.replace(np.array([0, 7, 2000]), left[[0, 7, 2000]])
+    assert len(index) == 2996
+    _, ids = index.search(left, 1, nprobe=10_000)  # every list scanned: each row finds itself
+    assert ids[:, 0].tolist() == list(range(2996))
+
+
+def test_rows_kept_and_appended_in_place_or_on_a_copy():
+    from pipeline.index import ROW_CHUNK, appended_rows, kept_rows
+
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(size=(2 * ROW_CHUNK + 5, 3)).astype(np.float32)
+    kept = np.sort(rng.choice(len(vectors), size=ROW_CHUNK + 7, replace=False))
+    expected = vectors[kept].copy()
+    assert np.array_equal(kept_rows(vectors.copy(), kept), expected)  # owned: moved up in place, over chunk borders
+    view = np.vstack([vectors, vectors])[: len(vectors)]  # a view cannot be resized: a copy is made
+    assert np.array_equal(kept_rows(view, kept), expected)
+    grown = appended_rows(expected.copy(), np.ones((2, 3), dtype=np.float32))
+    assert grown.shape == (len(kept) + 2, 3) and np.array_equal(grown[: len(kept)], expected) and (grown[-2:] == 1).all()
+
+
+def test_the_retrain_rule_builds_a_changed_vector_index_again_when_it_no_longer_fits():
+    """IVF lists trained on n vectors serve from n/2 to 2n; past exact_search_max the index
+    becomes IVF (and exact again below it), as a fresh build would make it."""
+    from modules.vectors import VectorIndex
+    from pipeline.index import settle_vector_indexes
+
+    rng = np.random.default_rng(0)
+    pool = rng.normal(size=(7000, 8)).astype(np.float32)
+    config = IndexConfig(exact_search_max=2900)
+    sizes = {"fact": 3000, "entity": 2800, "passage": 3000}
+    indexes = {name: VectorIndex.build(pool[:n], exact_max=2900) for name, n in sizes.items()}
+    info = {"built_on": dict(sizes)}
+    assert [indexes[name].kind for name in sizes] == ["ivf", "exact", "ivf"]
+    for name, n in {"fact": 6000, "entity": 3000, "passage": 6001}.items():  # facts at 2x: stays; passages past 2x: retrained
+        indexes[name].index.add(pool[sizes[name] : n])
+    vectors = {"fact": pool[:6000], "entity": pool[:3000], "passage": pool[:6001]}
+    untouched = indexes["fact"]
+    assert settle_vector_indexes(indexes, vectors, info, config) == ["entity", "passage"]  # entities crossed 2,900: now IVF
+    assert indexes["fact"] is untouched and [indexes[name].kind for name in sizes] == ["ivf", "ivf", "ivf"]
+    assert info["built_on"] == {"fact": 3000, "entity": 3000, "passage": 6001}
+    indexes["fact"].remove(np.arange(1400, 6000))  # below half of the 3,000 its lists were trained on: retrained, still IVF
+    vectors["fact"] = pool[:1400]
+    assert settle_vector_indexes(indexes, vectors, info, IndexConfig(exact_search_max=1000)) == ["fact"]
+    assert indexes["fact"].kind == "ivf" and info["built_on"]["fact"] == 1400
+    indexes["fact"].remove(np.arange(900, 1400))  # below exact_search_max: exact again
+    vectors["fact"] = pool[:900]
+    assert settle_vector_indexes(indexes, vectors, info, IndexConfig(exact_search_max=1000)) == ["fact"] and indexes["fact"].kind == "exact"
+
+
+def test_a_deletion_numbers_entities_as_a_build_would_even_within_one_fact(hash_embedder):
+    """Cincinnati was named first (by the restaurant); with it and Jaws deleted, Steven
+    Spielberg and Cincinnati are both first named by "Steven Spielberg is a director born in
+    Cincinnati.", in that order: a build numbers Spielberg first, though his old id is higher."""
+    from pipeline.index import shrink_index
+
+    corpus = [Passage("Milky Way (restaurant)", "Léah Adler ran the Milky Way restaurant in Cincinnati."), *GROWN]
+    config = IndexConfig(eta=0.7)
+    built = build_index(corpus, config, hash_embedder, progress=False)
+    assert built.entity_keys.index("cincinnati") < built.entity_keys.index("steven spielberg")
+    shrunk = shrink_index(built, np.array([0, 1]), config, hash_embedder)
+    whole = build_index(corpus[2:], config, hash_embedder, progress=False)
+    assert shrunk.entity_names[:2] == whole.entity_names[:2] == ["Steven Spielberg", "Cincinnati"]
+    assert shrunk.entity_names == whole.entity_names and (shrunk.fact_entities != whole.fact_entities).nnz == 0
+    assert shrunk.entity_order.tolist() == whole.entity_order.tolist() and (shrunk.synonyms != whole.synonyms).nnz == 0
