@@ -132,7 +132,10 @@ def atomic_save_npy(path: str | Path, array) -> None:
 
 
 def read_npy(path: str | Path):
-    """A .npy file (no pickles) into an array that owns its memory, so that it can shrink in place."""
+    """A .npy file (no pickles) into an array that owns its memory, so that it can change size in
+    place. The memory comes from growing a one-row array (a realloc): on Linux a later realloc
+    of such a block remaps its pages, so adding rows to a million vectors neither copies them nor
+    needs memory for two copies (a block from np.empty was copied on growth, measured)."""
     import numpy as np
 
     with open(path, "rb") as handle:
@@ -141,7 +144,9 @@ def read_npy(path: str | Path):
         shape, fortran_order, dtype = read_header(handle)
         if dtype.hasobject or fortran_order:
             raise ValueError(f"{path}: holds Python objects or a Fortran-ordered array, which HyperProve does not write")
-        array = np.empty(shape, dtype=dtype)
+        array = np.empty((1, *shape[1:]) if shape else (), dtype=dtype)
+        if shape:
+            array.resize(shape, refcheck=False)
         if array.nbytes and handle.readinto(memoryview(array).cast("B")) != array.nbytes:
             raise ValueError(f"{path}: shorter than its header says")
     return array
