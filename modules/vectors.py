@@ -82,8 +82,12 @@ class VectorIndex:
             return
         if self.kind == "exact":
             self.index.remove_ids(rows)
-        else:
-            self.renumber(np.where(np.isin(np.arange(len(self)), rows), -1, np.arange(len(self)) - np.searchsorted(rows, np.arange(len(self)))))
+            return
+        new_ids = np.zeros(len(self), dtype=np.int64)
+        new_ids[rows] = -1
+        kept = new_ids == 0
+        new_ids[kept] = np.arange(kept.sum())
+        self.renumber(new_ids)
 
     def renumber(self, new_ids: np.ndarray) -> None:
         """Keep the vector of each id k with new_ids[k] >= 0, under id new_ids[k] (the kept ones
