@@ -25,10 +25,22 @@ def as_float_matrix(vectors: np.ndarray) -> np.ndarray:
 
 
 class VectorIndex:
-    """A FAISS inner-product index; cosine search when the stored vectors are unit length."""
+    """A FAISS inner-product index; cosine search when the stored vectors are unit length.
 
-    def __init__(self, index: faiss.Index):
+    Vectors added to an IVF index after it was built go to a second IVF index on the same
+    centroids (`added`), under their own ids, until the retrain rule builds the whole index again.
+    Adding them to the trained lists would copy each list whole as it takes its first new vector
+    (FAISS reads lists from disk at their exact size, and a growing list doubles its room): on a
+    million facts that is seconds and a second copy of the vectors for ten thousand new ones. The
+    two are searched together; with the same centroids they scan the same lists, so they answer
+    as one index holding every vector would.
+    """
+
+    def __init__(self, index: faiss.Index, added: faiss.Index | None = None):
+        if added is not None and not _same_lists(index, added):
+            raise ValueError("the added vectors' index is not an IVF index on the same centroids")
         self.index = index
+        self.added = added
 
     @classmethod
     def build(cls, vectors: np.ndarray, exact_max: int = EXACT_MAX, seed: int = 0) -> "VectorIndex":
@@ -51,8 +63,30 @@ class VectorIndex:
     def kind(self) -> str:
         return "exact" if isinstance(self.index, faiss.IndexFlat) else "ivf"
 
+    @property
+    def parts(self) -> list[faiss.Index]:
+        """The FAISS indexes searched: the built one, then the one of vectors added since."""
+        return [self.index] if self.added is None else [self.index, self.added]
+
     def __len__(self) -> int:
-        return self.index.ntotal
+        return sum(part.ntotal for part in self.parts)
+
+    def add(self, vectors: np.ndarray) -> None:
+        """Append rows len(self)...: to an exact index itself, to an IVF index's `added` part."""
+        matrix = as_float_matrix(vectors)
+        if not len(matrix):
+            return
+        if self.kind == "exact":
+            self.index.add(matrix)
+        else:
+            self._added_part().add_with_ids(matrix, np.arange(len(self), len(self) + len(matrix), dtype=np.int64))
+
+    def _added_part(self) -> faiss.Index:
+        if self.added is None:
+            self.added = faiss.IndexIVFFlat(faiss.clone_index(self.index.quantizer), self.index.d, self.index.nlist,
+                                            faiss.METRIC_INNER_PRODUCT)
+            self.added.nprobe = self.index.nprobe
+        return self.added
 
     def search(self, queries: np.ndarray, k: int, nprobe: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Top-k (scores, ids) per query row; ids of -1 (fewer than k stored) are dropped by callers.
@@ -62,17 +96,19 @@ class VectorIndex:
         """
         matrix = as_float_matrix(queries)
         k = max(1, min(k, len(self)))
+        params = faiss.SearchParametersIVF(nprobe=nprobe) if nprobe is not None and self.kind == "ivf" else None
         threads = faiss.omp_get_max_threads()
         if len(matrix) == 1:
             faiss.omp_set_num_threads(1)
         try:
-            if nprobe is not None and self.kind == "ivf":
-                scores, ids = self.index.search(matrix, k, params=faiss.SearchParametersIVF(nprobe=nprobe))
-            else:
-                scores, ids = self.index.search(matrix, k)
+            found = [part.search(matrix, k, params=params) for part in self.parts]
         finally:
             faiss.omp_set_num_threads(threads)
-        return scores, ids
+        if len(found) == 1:
+            return found[0]
+        scores, ids = (np.concatenate(columns, axis=1) for columns in zip(*found))
+        best = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+        return np.take_along_axis(scores, best, axis=1), np.take_along_axis(ids, best, axis=1)
 
     def remove(self, rows: np.ndarray) -> None:
         """Take out the vectors at `rows`; the rows after them move up, as in the array the index
@@ -103,17 +139,19 @@ class VectorIndex:
             self.index.reset()
             self.index.add(ordered)
             return
-        self.index.remove_ids(np.flatnonzero(new_ids < 0))
-        lists = self.index.invlists
-        for number in range(lists.nlist):
-            size = lists.list_size(number)
-            if size:
-                ids = faiss.rev_swig_ptr(lists.get_ids(number), size)  # a writable view of the list's ids
-                ids[:] = new_ids[ids]
+        dropped = np.flatnonzero(new_ids < 0)
+        for part in self.parts:
+            part.remove_ids(dropped)
+            lists = part.invlists
+            for number in range(lists.nlist):
+                size = lists.list_size(number)
+                if size:
+                    ids = faiss.rev_swig_ptr(lists.get_ids(number), size)  # a writable view of the list's ids
+                    ids[:] = new_ids[ids]
 
     def replace(self, rows: np.ndarray, vectors: np.ndarray) -> None:
         """New vectors for the given rows (ids unchanged): written over an exact index's store;
-        removed from an IVF index and added again, under the same ids, to the lists they now fall in."""
+        taken out of an IVF index and added again, under the same ids, to its `added` part."""
         rows = np.asarray(rows, dtype=np.int64)
         matrix = as_float_matrix(vectors)
         if not len(rows):
@@ -122,17 +160,32 @@ class VectorIndex:
             stored = faiss.rev_swig_ptr(self.index.get_xb(), self.index.ntotal * self.index.d).reshape(-1, self.index.d)
             stored[rows] = matrix
         else:
-            self.index.remove_ids(rows)
-            self.index.add_with_ids(matrix, rows)
+            for part in self.parts:
+                part.remove_ids(rows)
+            self._added_part().add_with_ids(matrix, rows)
 
-    def within(self, queries: np.ndarray, threshold: float, nprobe: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def within(self, queries: np.ndarray, threshold: float, nprobe: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every stored vector whose inner product with a query exceeds `threshold`, as (query row,
-        id) pairs: a range search, for when the number of near neighbours is not known in advance."""
+        id, score) triples ordered by query row: a range search, for when the number of near
+        neighbours is not known in advance."""
         matrix = as_float_matrix(queries)
-        if self.kind == "ivf":
-            params = faiss.SearchParametersIVF(nprobe=nprobe or IVF_NPROBE)
-            limits, _, ids = self.index.range_search(matrix, float(threshold), params=params)
-        else:
-            limits, _, ids = self.index.range_search(matrix, float(threshold))
-        rows = np.repeat(np.arange(len(matrix)), np.diff(limits.astype(np.int64)))
-        return rows, ids.astype(np.int64)
+        params = faiss.SearchParametersIVF(nprobe=nprobe or IVF_NPROBE) if self.kind == "ivf" else None
+        rows, ids, scores = [], [], []
+        for part in self.parts:
+            limits, part_scores, part_ids = part.range_search(matrix, float(threshold), params=params)
+            rows.append(np.repeat(np.arange(len(matrix)), np.diff(limits.astype(np.int64))))
+            ids.append(part_ids.astype(np.int64))
+            scores.append(part_scores)
+        rows, ids, scores = np.concatenate(rows), np.concatenate(ids), np.concatenate(scores)
+        order = np.argsort(rows, kind="stable")
+        return rows[order], ids[order], scores[order]
+
+
+def _same_lists(index: faiss.Index, added: faiss.Index) -> bool:
+    """Both are IVF indexes with the same centroids: searched together, they scan the same lists."""
+    ivf = (faiss.IndexIVF,)
+    if not isinstance(faiss.downcast_index(index), ivf) or not isinstance(faiss.downcast_index(added), ivf):
+        return False
+    if (added.nlist, added.d) != (index.nlist, index.d):
+        return False
+    return np.array_equal(index.quantizer.reconstruct_n(0, index.nlist), added.quantizer.reconstruct_n(0, added.nlist))

@@ -9,6 +9,7 @@ between its two renames (`.NAME.old-PID` and no NAME) is put back.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -118,6 +119,17 @@ def atomic_write_with(path: str | Path, write: Callable[[BinaryIO], object]) -> 
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(temporary, path)
+
+
+def atomic_write_jsonl(path: str | Path, rows: Iterable, block: int = 10_000) -> None:
+    """One JSON object a line, written a block of lines at a time: a million facts never sit in
+    memory as one string (that was 140 MB more at the peak of saving an index)."""
+    def write(handle: BinaryIO) -> None:
+        remaining = iter(rows)
+        while lines := [json.dumps(row, ensure_ascii=False) + "\n" for row in itertools.islice(remaining, block)]:
+            handle.write("".join(lines).encode())
+
+    atomic_write_with(path, write)
 
 
 def atomic_write_json(path: str | Path, value) -> None:

@@ -13,10 +13,11 @@ import hashlib
 import json
 import re
 import unicodedata
+from array import array
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import faiss
 import numpy as np
@@ -30,7 +31,7 @@ from modules.vectors import VectorIndex
 from pipeline.config import IndexConfig
 from pipeline.extract import Extractor, make_extractor, subject_name
 from pipeline.files import (
-    atomic_directory, atomic_save_npy, atomic_write_bytes, atomic_write_json, check_replaceable, clear_scratch, read_json, read_npy, recover,
+    atomic_directory, atomic_save_npy, atomic_write_json, atomic_write_jsonl, check_replaceable, clear_scratch, read_json, read_npy, recover,
     sha256_file,
 )
 
@@ -40,6 +41,11 @@ SYNONYM_QUERY_CHUNK = 65_536
 SYNONYM_NPROBE = 4  # IVF lists scanned per name: synonyms (cos > 0.8) are near-duplicates, in the same cell
 DAMAGED = "; the index is damaged, rebuild it"
 VECTOR_SETS = {"fact": "facts.faiss", "entity": "entities.faiss", "passage": "passages.faiss"}
+
+
+def added_file(index_file: str) -> str:
+    """The file of the vectors added to an IVF index since it was built (`VectorIndex.added`)."""
+    return index_file.replace(".faiss", ".added.faiss")
 
 
 # --- step 1: entity names ------------------------------------------------------------------------
@@ -62,9 +68,15 @@ def fact_embedding_text(fact: Fact, passage: Passage) -> str:
     return f"{subject_name(passage.title)}: {fact.text}"
 
 
-def corpus_checksum(passages: Sequence[Passage]) -> str:
-    payload = json.dumps([[p.title, p.text] for p in passages], ensure_ascii=False, separators=(",", ":"))
-    return hashlib.sha256(payload.encode()).hexdigest()
+def corpus_checksum(passages: Sequence[Passage], block: int = 10_000) -> str:
+    """sha256 of the corpus as one compact JSON list of [title, text], hashed a block of passages
+    at a time (the same bytes, never one string of the whole corpus)."""
+    digest = hashlib.sha256(b"[")
+    for start in range(0, len(passages), block):
+        items = json.dumps([[p.title, p.text] for p in passages[start : start + block]], ensure_ascii=False, separators=(",", ":"))
+        digest.update(("," if start else "").encode() + items[1:-1].encode())
+    digest.update(b"]")
+    return digest.hexdigest()
 
 
 # --- step 2: synonyms ----------------------------------------------------------------------------
@@ -230,10 +242,13 @@ def entity_incidence(facts: Sequence[Fact], key_to_id: dict[str, int], entity_na
     entity's ({(first_row + row, entity): name}; an entity is named as it was first seen). Both
     let a deletion name and number entities as a build without the deleted facts would."""
     rows, cols, places, surfaces = [], [], [], {}
+    keys: dict[str, str] = {}  # a name recurs across facts: normalised once
     for row, fact in enumerate(facts):
         seen: set[int] = set()
         for name in fact.entities:
-            key = normalise_entity(name)
+            key = keys.get(name)
+            if key is None:
+                key = keys[name] = normalise_entity(name)
             if not key:
                 continue
             if key not in key_to_id:
@@ -320,11 +335,9 @@ def grow_index(index: HypergraphIndex, added: list[Passage], config: IndexConfig
     fact_entities = sp.vstack([widened(index.fact_entities, (index.fact_entities.shape[0], len(names))), incidence]).tocsr()
     fresh = embed_new(facts, names[len(index.entity_names):], added, passages, embedder, progress)
     vectors = {name: appended_rows(taken(index, f"{name}_vectors"), fresh[name]) for name in VECTOR_SETS}
-    indexes = {}
+    indexes = {name: getattr(index, f"{name}_index") for name in VECTOR_SETS}
     for name in VECTOR_SETS:
-        indexes[name] = getattr(index, f"{name}_index")
-        if len(fresh[name]):
-            indexes[name].index.add(np.ascontiguousarray(fresh[name], dtype=np.float32))
+        indexes[name].add(fresh[name])
     info = dict(index.info)
     rebuilt = settle_vector_indexes(indexes, vectors, info, config)
     synonyms = grow_synonyms(index.synonyms, vectors["entity"], indexes["entity"], len(index.entity_names), config.eta, config.synonym_neighbors)
@@ -368,7 +381,7 @@ def shrink_index(index: HypergraphIndex, removed: np.ndarray, config: IndexConfi
                 for (row, entity), name in _rebased_surfaces(index, renamed_names).items() if not gone[index.fact_passage[row]]}
     new_vectors = embedder.encode([renamed_names[e] for e in renamed]) if len(renamed) else np.zeros((0, index.entity_vectors.shape[1]), np.float32)
     vectors = {"fact": kept_rows(taken(index, "fact_vectors"), kept_facts), "passage": kept_rows(taken(index, "passage_vectors"), np.flatnonzero(~gone)),
-               "entity": taken(index, "entity_vectors")[order]}
+               "entity": kept_rows(taken(index, "entity_vectors"), order)}
     vectors["entity"][entity_map[renamed]] = new_vectors
     indexes = {name: getattr(index, f"{name}_index") for name in VECTOR_SETS}
     indexes["fact"].remove(fact_gone)
@@ -464,19 +477,39 @@ def appended_rows(array: np.ndarray, rows: np.ndarray) -> np.ndarray:
     return array
 
 
-def kept_rows(array: np.ndarray, kept: np.ndarray) -> np.ndarray:
-    """array[kept] for ascending `kept`, moved up in place chunk by chunk (a row only ever moves
-    to a lower place, after it has been read), then cut to size."""
-    for start in range(0, len(kept), ROW_CHUNK):
-        block = kept[start : start + ROW_CHUNK]
-        array[start : start + len(block)] = array[block]
-    return resized(array, len(kept))
+def kept_rows(array: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """array[order] in place, cut to len(order) rows, for rows that mostly keep their order and
+    move to lower places: the kept rows of a deletion (ascending) or entities numbered again
+    (a few move later). Rows bound for a higher place are set aside first; the others move in
+    ascending order of place, so each is read before its place is written, and a run of
+    consecutive rows moves as one slice (ROW_CHUNK rows at a time). No second copy of the array."""
+    order = np.asarray(order, dtype=np.int64)
+    shift = order - np.arange(len(order))
+    later = np.flatnonzero(shift < 0)
+    aside = array[order[later]]
+    breaks = np.flatnonzero(np.diff(order) != 1) + 1
+    for start, end in zip(np.concatenate([[0], breaks]).tolist(), np.concatenate([breaks, [len(order)]]).tolist()):
+        if start == end or shift[start] <= 0:
+            continue  # in place already, or set aside
+        for offset in range(start, end, ROW_CHUNK):
+            stop = min(offset + ROW_CHUNK, end)
+            array[offset:stop] = array[offset + shift[start] : stop + shift[start]]
+    array[later] = aside
+    return resized(array, len(order))
 
 
 def names_near(entity_index: VectorIndex, vectors: np.ndarray, eta: float) -> np.ndarray:
     """The names above eta from any of `vectors`: the only names whose synonym lists a name with
     one of these vectors can enter or leave."""
     return np.unique(entity_index.within(vectors, eta, nprobe=SYNONYM_NPROBE)[1]) if len(vectors) else np.zeros(0, dtype=np.int64)
+
+
+def first_per_row(rows: np.ndarray, scores: np.ndarray, count: int) -> np.ndarray:
+    """Positions of the `count` highest scores of each row (rows sorted): a nearest-neighbour
+    list read off a range search, which holds every neighbour above the threshold."""
+    order = np.lexsort((-scores, rows))
+    starts = np.searchsorted(rows[order], rows[order], side="left")
+    return order[np.arange(len(order)) - starts < count]
 
 
 def shrink_synonyms(synonyms: sp.csr_matrix, new_ids: np.ndarray, renamed: np.ndarray, entity_vectors: np.ndarray,
@@ -503,32 +536,39 @@ def grow_synonyms(synonyms: sp.csr_matrix, entity_vectors: np.ndarray, entity_in
     """Step 2 for new names, giving the pairs a build of the whole corpus gives. New names can
     change an old name's list only if one of them lies above eta from it (then it may enter the
     list and push a pair out): those old names and the new ones are the names `refresh_synonyms`
-    searches again."""
+    searches again. One range search around the new names finds those old names and gives the
+    new names' own lists (their nearest above eta), so only the old names are searched again."""
     n = len(entity_vectors)
     if first_new == n:
         return synonyms
     new = np.arange(first_new, n)
-    return refresh_synonyms(synonyms, entity_vectors, entity_index, np.union1d(names_near(entity_index, entity_vectors[new], eta), new), eta, neighbors)
+    rows, found, scores = entity_index.within(entity_vectors[new], eta, nprobe=SYNONYM_NPROBE)
+    listed = first_per_row(rows, scores, neighbors + 1)  # as the search for a new name's neighbors + 1 nearest finds them
+    return refresh_synonyms(synonyms, entity_vectors, entity_index, np.union1d(np.unique(found), new), eta, neighbors,
+                            searched=(new, new[rows[listed]], found[listed]))
 
 
 def refresh_synonyms(synonyms: sp.csr_matrix, entity_vectors: np.ndarray, entity_index: VectorIndex, touched: np.ndarray, eta: float,
-                     neighbors: int) -> sp.csr_matrix:
+                     neighbors: int, searched: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> sp.csr_matrix:
     """Step 2 again where the names changed, giving the pairs a full search gives. A pair is two
     names one of which is among the other's `neighbors` nearest above eta. `touched` are the
     names whose lists may have changed (a name near them came or went); every other list is as
     it was, so a pair between two untouched names stays. The touched names and their old
     partners (whose lists may hold them) have their lists searched again, and their pairs come
-    from those lists. `synonyms` is in the current numbering, with rows for every name."""
+    from those lists. `synonyms` is in the current numbering, with rows for every name.
+    `searched` = (names, rows, cols): names whose lists are already known, as (row, col) pairs."""
     n = len(entity_vectors)
     old = widened(synonyms.tocsr(), (n, n))  # names appended since have empty rows and columns
     touched = np.unique(np.asarray(touched, dtype=np.int64))
     if not len(touched):
         return old
-    partners = old[touched].indices
-    redone = np.union1d(touched, partners)
+    known, known_rows, known_cols = searched or (np.zeros(0, dtype=np.int64),) * 3
+    redone = np.setdiff1d(np.union1d(touched, old[touched].indices), known)
     scores, found = entity_index.search(entity_vectors[redone], neighbors + 1, nprobe=SYNONYM_NPROBE)
     keep = (scores > eta) & (found >= 0) & (found != redone[:, None])
-    rows, cols = np.broadcast_to(redone[:, None], found.shape)[keep], found[keep]
+    other = known_rows != known_cols
+    rows = np.concatenate([np.broadcast_to(redone[:, None], found.shape)[keep], known_rows[other]])
+    cols = np.concatenate([found[keep], known_cols[other]])
     kept = old.tocoo()
     stays = ~np.isin(kept.row, touched) & ~np.isin(kept.col, touched)
     all_rows = np.concatenate([kept.row[stays], rows, cols])
@@ -537,10 +577,6 @@ def refresh_synonyms(synonyms: sp.csr_matrix, entity_vectors: np.ndarray, entity
 
 
 # --- on disk -------------------------------------------------------------------------------------
-def _jsonl(rows: list) -> bytes:
-    return "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows).encode()
-
-
 def _listed_files(directory: Path) -> set[str] | None:
     """The files a HyperProve index manifest in `directory` lists; None when there is no such manifest."""
     try:
@@ -568,26 +604,26 @@ def save_index(index: HypergraphIndex, directory: str | Path) -> Path:
         entity_ptr = index.fact_entities.indptr
         owner = np.repeat(np.arange(len(index.fact_text)), np.diff(entity_ptr))
         listed = index.fact_entities.indices[np.lexsort((index.entity_order, owner))]  # each fact's entities as it listed them
-        atomic_write_bytes(scratch / "passages.jsonl", _jsonl([{"id": int(i), "title": p.title, "text": p.text}
-                                                               for i, p in zip(index.passage_ids, index.passages)]))
+        atomic_write_jsonl(scratch / "passages.jsonl", ({"id": int(i), "title": p.title, "text": p.text}
+                                                        for i, p in zip(index.passage_ids, index.passages)))
         surfaces: dict[int, list] = {}
         for (row, entity), name in sorted(index.surfaces.items()):
             surfaces.setdefault(row, []).append([entity, name])
-        atomic_write_bytes(
-            scratch / "facts.jsonl",
-            _jsonl([
-                {"text": text, "passage": int(passage), "entities": listed[entity_ptr[i] : entity_ptr[i + 1]].tolist(),
-                 **({"surfaces": surfaces[i]} if i in surfaces else {})}
-                for i, (text, passage) in enumerate(zip(index.fact_text, index.fact_passage))
-            ]),
-        )
+        atomic_write_jsonl(scratch / "facts.jsonl", (
+            {"text": text, "passage": int(passage), "entities": listed[entity_ptr[i] : entity_ptr[i + 1]].tolist(),
+             **({"surfaces": surfaces[i]} if i in surfaces else {})}
+            for i, (text, passage) in enumerate(zip(index.fact_text, index.fact_passage))
+        ))
         atomic_write_json(scratch / "entities.json", index.entity_names)
         atomic_write_json(scratch / "entity_keys.json", index.entity_keys)
         upper = sp.triu(index.synonyms, k=1).tocoo()
         atomic_save_npy(scratch / "synonyms.npy", np.stack([upper.row, upper.col], axis=1).astype(np.int64))
         for name, index_file in VECTOR_SETS.items():
             atomic_save_npy(scratch / f"{name}_vectors.npy", getattr(index, f"{name}_vectors"))
-            faiss.write_index(getattr(index, f"{name}_index").index, str(scratch / index_file))
+            vector_index = getattr(index, f"{name}_index")
+            faiss.write_index(vector_index.index, str(scratch / index_file))
+            if vector_index.added is not None:
+                faiss.write_index(vector_index.added, str(scratch / added_file(index_file)))
         files = sorted(p.name for p in scratch.iterdir())
         manifest = {
             "format": FORMAT,
@@ -637,19 +673,16 @@ def read_manifest(directory: str | Path) -> dict:
     return manifest
 
 
-def _read_jsonl(path: Path) -> list:
-    """Rows of a JSONL file. Lines end at "\n" only: str.splitlines() would also split inside a
-    text at U+2028, U+2029 or U+0085, which json.dumps(ensure_ascii=False) writes as they are."""
-    rows = []
-    lines = path.read_text(encoding="utf-8").split("\n")
-    if lines[-1] == "":
-        lines.pop()  # after the last newline
-    for line_number, line in enumerate(lines, start=1):
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            raise HyperProveError(f"{path}: line {line_number} is not valid JSON{DAMAGED}") from None
-    return rows
+def _jsonl_rows(path: Path) -> Iterator:
+    """Rows of a JSONL file, one at a time (a million facts are never all dicts at once). Lines
+    end at b"\n" only: str.splitlines() would also split inside a text at U+2028, U+2029 or
+    U+0085, which json.dumps(ensure_ascii=False) writes as they are."""
+    with open(path, "rb") as handle:
+        for line_number, line in enumerate(handle, start=1):
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError:
+                raise HyperProveError(f"{path}: line {line_number} is not valid JSON{DAMAGED}") from None
 
 
 def check_built_with(manifest: dict, directory: Path, expect: IndexConfig) -> None:
@@ -689,34 +722,43 @@ def load_index(directory: str | Path, expect_embedder: str | None = None, verify
 
 
 def _read_index(directory: Path, manifest: dict) -> HypergraphIndex:
-    passage_rows = _read_jsonl(directory / "passages.jsonl")
-    passages = [Passage(title=row["title"], text=row["text"]) for row in passage_rows]
-    fact_rows = _read_jsonl(directory / "facts.jsonl")
-    surfaces = {(row, int(entity)): name for row, fact in enumerate(fact_rows) for entity, name in fact.get("surfaces", ())}
+    passage_ids, passages = array("q"), []
+    for row in _jsonl_rows(directory / "passages.jsonl"):
+        passage_ids.append(row["id"])
+        passages.append(Passage(title=row["title"], text=row["text"]))
+    fact_text, fact_passage, lengths, listed, surfaces = [], array("q"), array("q"), array("q"), {}
+    for number, fact in enumerate(_jsonl_rows(directory / "facts.jsonl")):  # columns, filled a row at a time
+        fact_text.append(fact["text"])
+        fact_passage.append(fact["passage"])
+        lengths.append(len(fact["entities"]))
+        listed.extend(fact["entities"])
+        for entity, name in fact.get("surfaces", ()):
+            surfaces[(number, int(entity))] = name
     entity_names = read_json(directory / "entities.json", "entities", damaged_hint=DAMAGED)
     entity_keys = read_json(directory / "entity_keys.json", "entity keys", damaged_hint=DAMAGED)
     if len(entity_keys) != len(entity_names):
         raise HyperProveError(f"{directory}: entity_keys.json does not match entities.json{DAMAGED}")
-    lengths = np.array([len(row["entities"]) for row in fact_rows], dtype=np.int64)
+    lengths = np.array(lengths, dtype=np.int64)
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
     fact_entities, entity_order = listed_incidence(  # each fact's entities are stored as it listed them
-        np.repeat(np.arange(len(fact_rows)), lengths), np.array([e for row in fact_rows for e in row["entities"]], dtype=np.int64),
-        np.arange(lengths.sum()) - np.repeat(starts, lengths), (len(fact_rows), len(entity_names)))
+        np.repeat(np.arange(len(fact_text)), lengths), np.array(listed, dtype=np.int64),
+        np.arange(lengths.sum()) - np.repeat(starts, lengths), (len(fact_text), len(entity_names)))
     pairs = read_npy(directory / "synonyms.npy").reshape(-1, 2)
     n_entities = len(entity_names)
     synonyms = binary_csr(np.concatenate([pairs[:, 0], pairs[:, 1]]), np.concatenate([pairs[:, 1], pairs[:, 0]]), (n_entities, n_entities))
     vectors = {name: read_npy(directory / f"{name}_vectors.npy") for name in VECTOR_SETS}
-    indexes = {name: VectorIndex(faiss.read_index(str(directory / index_file))) for name, index_file in VECTOR_SETS.items()}
-    expected = {"fact": len(fact_rows), "entity": n_entities, "passage": len(passages)}
+    indexes = {name: VectorIndex(faiss.read_index(str(directory / index_file)),
+                                 faiss.read_index(str(directory / added_file(index_file))) if added_file(index_file) in manifest["files"] else None)
+               for name, index_file in VECTOR_SETS.items()}
+    expected = {"fact": len(fact_text), "entity": n_entities, "passage": len(passages)}
     dim = manifest["embedder"]["dim"]
     for name, count in expected.items():
         if vectors[name].shape != (count, dim) or len(indexes[name]) != count:
             raise HyperProveError(f"{directory}: {name} vectors do not match the manifest counts; rebuild the index")
     info = {key: manifest[key] for key in ("extractor", "embedder", "config", "corpus_sha256", "generations", "built_on") if key in manifest}
-    return HypergraphIndex.from_parts(passages, [row["text"] for row in fact_rows], [row["passage"] for row in fact_rows],
-                                      fact_entities, entity_names, synonyms, vectors, indexes, info,
-                                      passage_ids=[row["id"] for row in passage_rows], surfaces=surfaces, entity_keys=entity_keys,
-                                      entity_order=entity_order)
+    return HypergraphIndex.from_parts(passages, fact_text, np.array(fact_passage, dtype=np.int64), fact_entities, entity_names, synonyms,
+                                      vectors, indexes, info, passage_ids=np.array(passage_ids, dtype=np.int64), surfaces=surfaces,
+                                      entity_keys=entity_keys, entity_order=entity_order)
 
 
 # --- the index cache -------------------------------------------------------------------------------

@@ -332,15 +332,20 @@ def test_shrunk_synonyms_equal_a_full_search_where_names_leave_or_change(seed):
     assert (shrunk != whole).nnz == 0
 
 
-@pytest.mark.parametrize("exact_max", [10_000, 100])
-def test_vector_index_rows_removed_and_replaced_as_in_the_array(exact_max):
+def unit_rows(rng, n: int, dim: int) -> np.ndarray:
+    vectors = rng.normal(size=(n, dim)).astype(np.float32)
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+@pytest.mark.parametrize("exact_max, built_on", [(10_000, 3000), (100, 3000), (100, 2500)])
+def test_vector_index_rows_removed_and_replaced_as_in_the_array(exact_max, built_on):
+    """Exact, IVF, and IVF with 500 vectors added after it was built (kept in its `added` part)."""
     from modules.vectors import VectorIndex
 
-    rng = np.random.default_rng(0)
-    vectors = rng.normal(size=(3000, 16)).astype(np.float32)
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    index = VectorIndex.build(vectors, exact_max=exact_max)
-    assert index.kind == ("exact" if exact_max > 3000 else "ivf")
+    vectors = unit_rows(np.random.default_rng(0), 3000, 16)
+    index = VectorIndex.build(vectors[:built_on], exact_max=exact_max)
+    index.add(vectors[built_on:])
+    assert index.kind == ("exact" if exact_max > 3000 else "ivf") and len(index.parts) == (2 if built_on < 3000 else 1)
     index.remove(np.array([2999, 5, 17, 100, 5]))
     left = np.delete(vectors, [5, 17, 100, 2999], axis=0)
     left[[0, 7, 2000]] = vectors[[3000 - 1, 17, 5]]  # rows given the vectors of removed ones
@@ -348,6 +353,78 @@ def test_vector_index_rows_removed_and_replaced_as_in_the_array(exact_max):
     assert len(index) == 2996
     _, ids = index.search(left, 1, nprobe=10_000)  # every list scanned: each row finds itself
     assert ids[:, 0].tolist() == list(range(2996))
+
+
+def test_vectors_added_to_an_ivf_index_answer_as_one_index_holding_them_all():
+    """The added part shares the built lists' centroids, so a search scans the same lists in
+    both: the reference is one IVF index on those centroids given every vector."""
+    import faiss
+
+    from modules.vectors import VectorIndex
+
+    rng = np.random.default_rng(1)
+    vectors = unit_rows(rng, 3500, 16)
+    index = VectorIndex.build(vectors[:3000], exact_max=100)
+    index.add(vectors[3000:3200])
+    index.add(vectors[3200:])
+    assert (index.index.ntotal, index.added.ntotal, len(index)) == (3000, 500, 3500)
+    whole = faiss.IndexIVFFlat(faiss.clone_index(index.index.quantizer), 16, index.index.nlist, faiss.METRIC_INNER_PRODUCT)
+    whole.add(vectors)
+    queries = unit_rows(rng, 40, 16)
+    for nprobe in (1, 4):
+        params = faiss.SearchParametersIVF(nprobe=nprobe)
+        scores, ids = index.search(queries, 10, nprobe=nprobe)
+        whole_scores, whole_ids = whole.search(queries, 10, params=params)
+        assert np.array_equal(ids, whole_ids) and np.allclose(scores, whole_scores)
+        assert (ids >= 3000).any() and (ids < 3000).any()  # both parts answer
+        rows, found, near = index.within(queries, 0.6, nprobe=nprobe)
+        limits, whole_near, whole_found = whole.range_search(queries, 0.6, params=params)
+        whole_rows = np.repeat(np.arange(len(queries)), np.diff(limits.astype(np.int64)))
+        assert np.all(np.diff(rows) >= 0) and np.allclose(np.sort(near), np.sort(whole_near))
+        assert sorted(zip(rows.tolist(), found.tolist())) == sorted(zip(whole_rows.tolist(), whole_found.tolist()))
+    with pytest.raises(ValueError, match="not an IVF index on the same centroids"):
+        VectorIndex(index.index, VectorIndex.build(vectors, exact_max=100).index)
+
+
+def test_an_ivf_index_grown_keeps_its_added_vectors_in_a_file_beside_it(tmp_path):
+    """3,000 one-fact passages over 700 names, IVF above 1,000 vectors; 400 passages added, each
+    naming an old and a new name: facts and passages keep their lists and gain an added part,
+    saved and loaded with them; names cross 1,000 and are built again as IVF (no added part)."""
+    from dataclasses import asdict
+
+    from experiments.bench_changes import PreparedFacts, RandomVectors
+    from modules.hypergraph import binary_csr
+    from pipeline.index import assemble_index, corpus_checksum, grow_index
+
+    rng = np.random.default_rng(2)
+    n, names = 3000, 700
+    config = IndexConfig(exact_search_max=1000)
+    passages = [Passage(f"p{k}", f"text {k}") for k in range(n)]
+    info = {"extractor": PreparedFacts.report(), "embedder": {"id": RandomVectors.id, "dim": RandomVectors.dim}, "config": asdict(config),
+            "corpus_sha256": corpus_checksum(passages), "generations": [{"generation": 0, "added": n, "facts": n}]}
+    vectors = {"fact": unit_rows(rng, n, 384), "entity": unit_rows(rng, names, 384), "passage": unit_rows(rng, n, 384)}
+    index = assemble_index(passages, [f"f{k}" for k in range(n)], np.arange(n), binary_csr(np.arange(n), np.arange(n) % names, (n, names)),
+                           [f"e{k}" for k in range(names)], vectors, config, info)
+    added = {f"q{k}": [(f"g{k}", (f"e{k}", f"new{k}"))] for k in range(400)}
+    grown = grow_index(index, [Passage(title, title) for title in added], config, RandomVectors(3), progress=False, extractor=PreparedFacts(added))
+    assert grown.info["generations"][-1]["rebuilt"] == ["entity"]
+    assert [len(getattr(grown, f"{name}_index").parts) for name in ("fact", "entity", "passage")] == [2, 1, 2]
+    queries = grown.fact_vectors[[5, 2999, 3000, 3399]]
+    before = grown.fact_index.search(queries, 3)
+    assert before[1][:, 0].tolist() == [5, 2999, 3000, 3399]  # each fact finds itself, in either part
+    save_index(grown, tmp_path / "grown")
+    manifest = json.loads((tmp_path / "grown" / "manifest.json").read_text())
+    assert sorted(name for name in manifest["files"] if ".added." in name) == ["facts.added.faiss", "passages.added.faiss"]
+    loaded = load_index(tmp_path / "grown")
+    assert loaded.fact_index.added.ntotal == 400 and loaded.entity_index.added is None
+    after = loaded.fact_index.search(queries, 3)
+    assert np.array_equal(before[1], after[1]) and np.array_equal(before[0], after[0])
+    # an added part that does not belong to its index (other centroids) is refused like any damage
+    (tmp_path / "grown" / "facts.added.faiss").write_bytes((tmp_path / "grown" / "passages.added.faiss").read_bytes())
+    manifest["files"]["facts.added.faiss"] = manifest["files"]["passages.added.faiss"]
+    (tmp_path / "grown" / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(HyperProveError, match=r"cannot be read \(ValueError: the added vectors' index is not an IVF index on the same"):
+        load_index(tmp_path / "grown")
 
 
 def test_rows_kept_and_appended_in_place_or_on_a_copy():
@@ -360,6 +437,12 @@ def test_rows_kept_and_appended_in_place_or_on_a_copy():
     assert np.array_equal(kept_rows(vectors.copy(), kept), expected)  # owned: moved up in place, over chunk borders
     view = np.vstack([vectors, vectors])[: len(vectors)]  # a view cannot be resized: a copy is made
     assert np.array_equal(kept_rows(view, kept), expected)
+    runs = np.delete(np.arange(len(vectors)), [3, 4, ROW_CHUNK + 100])  # long runs of kept rows, moved as slices over chunk borders
+    assert np.array_equal(kept_rows(vectors.copy(), runs), vectors[runs]) and kept_rows(vectors.copy(), runs[:0]).shape == (0, 3)
+    numbered = np.concatenate([np.arange(0, 40), [45], np.arange(41, 45), np.arange(46, ROW_CHUNK + 300), [2], [ROW_CHUNK + 400]])
+    numbered = np.delete(numbered, [2])  # row 2 moves far later, row 45 a little earlier, row 40 leaves
+    for order in (numbered, rng.permutation(len(vectors))[:500]):  # mostly in order; and any order at all
+        assert np.array_equal(kept_rows(vectors.copy(), order), vectors[order])
     grown = appended_rows(expected.copy(), np.ones((2, 3), dtype=np.float32))
     assert grown.shape == (len(kept) + 2, 3) and np.array_equal(grown[: len(kept)], expected) and (grown[-2:] == 1).all()
 
@@ -378,7 +461,7 @@ def test_the_retrain_rule_builds_a_changed_vector_index_again_when_it_no_longer_
     info = {"built_on": dict(sizes)}
     assert [indexes[name].kind for name in sizes] == ["ivf", "exact", "ivf"]
     for name, n in {"fact": 6000, "entity": 3000, "passage": 6001}.items():  # facts at 2x: stays; passages past 2x: retrained
-        indexes[name].index.add(pool[sizes[name] : n])
+        indexes[name].add(pool[sizes[name] : n])
     vectors = {"fact": pool[:6000], "entity": pool[:3000], "passage": pool[:6001]}
     untouched = indexes["fact"]
     assert settle_vector_indexes(indexes, vectors, info, config) == ["entity", "passage"]  # entities crossed 2,900: now IVF
