@@ -91,6 +91,22 @@ def test_damaged_file_is_a_one_line_error(built, tmp_path):
         load_index(tmp_path / "idx")
 
 
+@pytest.mark.parametrize("block", [1, 2, 10_000])
+def test_json_lines_read_in_blocks_name_the_bad_line(tmp_path, block):
+    """Facts are parsed a block of lines at a time; a text holding U+2028 stays one line, and a
+    line that is not JSON (or holds two values) is named by its number whatever the block."""
+    from pipeline.index import _jsonl_rows
+
+    path = tmp_path / "rows.jsonl"
+    rows = [{"text": "one\u2028two"}, {"text": "three"}, {"text": "four"}]
+    path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
+    assert list(_jsonl_rows(path, block=block)) == rows
+    for bad in ('{"text": "three"}, {"text": "3"}', '{"text": '):
+        path.write_text(f'{json.dumps(rows[0])}\n{bad}\n{json.dumps(rows[2])}\n', encoding="utf-8")
+        with pytest.raises(HyperProveError, match=r"rows.jsonl: line 2 is not valid JSON; the index is damaged"):
+            list(_jsonl_rows(path, block=block))
+
+
 def test_missing_file_manifest_and_version_errors(built, tmp_path):
     with pytest.raises(HyperProveError, match="no such index directory"):
         load_index(tmp_path / "nowhere")
