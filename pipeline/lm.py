@@ -150,12 +150,37 @@ def step_of(caller_modules, fallback: str = "lm") -> str:
     return fallback
 
 
+class CacheLookups:
+    """Counts, per thread, the lookups DSPy's LM cache answered. DSPy 3.4 marks a hit only on its
+    internal call result: the history entry a callback reads has the empty usage that a provider
+    reporting none also leaves. So the lookup itself is watched (`cache.get`, the one DSPy calls)."""
+
+    def __init__(self, cache):
+        self._local = threading.local()
+        lookup = cache.get
+
+        def get(*args, **kwargs):
+            found = lookup(*args, **kwargs)
+            if found is not None:
+                self._local.hits = self.hits + 1
+            return found
+
+        cache.get = get
+
+    @property
+    def hits(self) -> int:
+        """Hits so far in the calling thread (an LM call looks up and answers in one thread)."""
+        return getattr(self._local, "hits", 0)
+
+
 class LMProfile(BaseCallback):
     """Counts, per step, what every LM call cost (`StepCost`), from the usage the provider reports
     (llama.cpp and OpenAI-style APIs report prompt, cached prompt and generated tokens) and the
-    wall time around the call. Thread-safe; `snapshot()` before and after a question gives its bill."""
+    wall time around the call; a call DSPy's cache answered is a cache hit (`lookups`). Thread-safe;
+    `snapshot()` before and after a question gives its bill."""
 
-    def __init__(self):
+    def __init__(self, lookups: CacheLookups | None = None):
+        self.lookups = lookups
         self._lock = threading.Lock()
         self._open: dict[str, tuple] = {}
         self.steps: dict[str, StepCost] = {}
@@ -165,21 +190,22 @@ class LMProfile(BaseCallback):
         callers = dspy.settings.caller_modules or []
         owner = callers[-1] if callers else instance  # DSPy appends the call's record to its history
         history = getattr(owner, "history", None) or []
+        hits = self.lookups.hits if self.lookups else 0
         with self._lock:
-            self._open[call_id] = (step_of(callers), owner, history[-1] if history else None, time.perf_counter())
+            self._open[call_id] = (step_of(callers), owner, history[-1] if history else None, hits, time.perf_counter())
 
     def on_lm_end(self, call_id, outputs, exception=None):
         with self._lock:
             opened = self._open.pop(call_id, None)
         if opened is None:
             return
-        step, owner, before, started = opened
+        step, owner, before, hits, started = opened
         seconds = time.perf_counter() - started
         history = getattr(owner, "history", None) or []
         entry = history[-1] if exception is None and history and history[-1] is not before else {}
         usage = entry.get("usage") or {}
         cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
-        hit = bool(getattr(entry.get("response"), "cache_hit", False))
+        hit = bool(getattr(entry.get("response"), "cache_hit", False)) or bool(self.lookups and self.lookups.hits > hits)
         call = StepCost(calls=1, cache_hits=int(hit), prompt_tokens=usage.get("prompt_tokens") or 0, cached_prompt_tokens=cached,
                         completion_tokens=usage.get("completion_tokens") or 0, seconds=seconds)
         with self._lock:
@@ -217,11 +243,12 @@ def profile_table(steps: dict[str, dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def configure_lm_cache(cache_dir: str | Path) -> Path:
-    """DSPy's LM cache on disk under the project cache dir, unpickling restricted to safe types."""
+def configure_lm_cache(cache_dir: str | Path) -> CacheLookups:
+    """DSPy's LM cache on disk under the project cache dir, unpickling restricted to safe types;
+    its lookups watched, so that a profile can tell the calls it answered."""
     directory = Path(cache_dir) / "lm"
     dspy.configure_cache(enable_disk_cache=True, enable_memory_cache=True, disk_cache_dir=str(directory), restrict_pickle=True)
-    return directory
+    return CacheLookups(dspy.cache)
 
 
 class LeanChatAdapter(dspy.ChatAdapter):
@@ -259,8 +286,7 @@ class LMSession:
     `LMProfile` of its calls; made the global DSPy LM, since the program's predictors read it from there."""
 
     def __init__(self, config, lm=None):
-        configure_lm_cache(config.cache_dir)
-        self.profile = LMProfile()
+        self.profile = LMProfile(configure_lm_cache(config.cache_dir))
         if lm is None:
             self.id = config.lm.id
             self.lm = make_lm(config.lm, self.profile)

