@@ -202,6 +202,19 @@ def timed(step: Callable[[], object]) -> tuple[object, float]:
     return result, round(time.perf_counter() - started, 2)
 
 
+def search_ms(index, n_queries: int = 600, k: int = 10) -> float:
+    """Median milliseconds of one fact search (a hop's seeding) on `index`, random unit queries."""
+    from experiments.bench_scale import unit_vectors
+
+    queries = unit_vectors(np.random.default_rng(7), n_queries)
+    times = []
+    for query in queries:
+        started = time.perf_counter()
+        index.fact_index.search(query, k)
+        times.append(time.perf_counter() - started)
+    return round(1000 * float(np.median(times)), 3)
+
+
 def synthetic_phase(phase: str, folder: Path, n_facts: int, n_change: int) -> dict:
     """One process per phase, as the command line runs them: build (then save), or load, add or
     delete, save. The process's peak memory is the phase's."""
@@ -223,8 +236,9 @@ def synthetic_phase(phase: str, folder: Path, n_facts: int, n_change: int) -> di
         index, seconds = timed(lambda: assemble_index(passages, facts, passage_of, incidence, names, vectors, config, info))
         _, save_s = timed(lambda: save_index(index, folder))
         return {"seconds": seconds, "save_s": save_s, "peak_rss_mb": peak_rss_mb(), "facts": len(index.fact_text),
-                "fact_search": index.fact_index.kind, "entity_search": index.entity_index.kind}
+                "fact_search": index.fact_index.kind, "entity_search": index.entity_index.kind, "search_ms": search_ms(index)}
     index, load_s = timed(lambda: load_index(folder))
+    search_before = search_ms(index)  # the same process and machine load as the figure after the change
     if phase == "add":  # passages of 1-7 facts, over the old entities (the same skew) and 20% new names
         per_passage = rng.integers(1, 8, size=n_change)
         per_passage = per_passage[: np.searchsorted(np.cumsum(per_passage), n_change) + 1]
@@ -249,7 +263,8 @@ def synthetic_phase(phase: str, folder: Path, n_facts: int, n_change: int) -> di
         row = {"facts": change["facts_removed"], "passages": len(removed), "entities_removed": change["entities_removed"]}
     _, save_s = timed(lambda: save_index(index, folder))
     return {**row, "seconds": seconds, "load_s": load_s, "save_s": save_s, "peak_rss_mb": peak_rss_mb(),
-            "facts_after": len(index.fact_text), "rebuilt": index.info["generations"][-1].get("rebuilt", [])}
+            "facts_after": len(index.fact_text), "rebuilt": index.info["generations"][-1].get("rebuilt", []),
+            "search_ms_before": search_before, "search_ms": search_ms(index)}
 
 
 def synthetic(args) -> dict:
@@ -298,11 +313,12 @@ def main(argv: list[str] | None = None) -> int:
     else:
         build, add, delete = result["build"], result["add"], result["delete"]
         print(f"{build['facts']:,} facts ({build['fact_search']} facts, {build['entity_search']} entities): "
-              f"build {build['seconds']} s, peak {build['peak_rss_mb']:,} MB (save {build['save_s']} s)\n"
+              f"build {build['seconds']} s, peak {build['peak_rss_mb']:,} MB (save {build['save_s']} s; a fact search {build['search_ms']} ms)\n"
               f"  add {add['facts']:,} facts: {add['seconds']} s = {100 * result['add_share']:.1f}% of the build, peak {add['peak_rss_mb']:,} MB "
-              f"(load {add['load_s']} s, save {add['save_s']} s)\n"
+              f"(load {add['load_s']} s, save {add['save_s']} s; a fact search {add['search_ms_before']} -> {add['search_ms']} ms)\n"
               f"  delete {delete['facts']:,} facts: {delete['seconds']} s = {100 * result['delete_share']:.1f}% of the build, "
-              f"peak {delete['peak_rss_mb']:,} MB (load {delete['load_s']} s, save {delete['save_s']} s)", flush=True)
+              f"peak {delete['peak_rss_mb']:,} MB (load {delete['load_s']} s, save {delete['save_s']} s; "
+              f"a fact search {delete['search_ms_before']} -> {delete['search_ms']} ms)", flush=True)
     if args.json:
         print(json.dumps(result))
     return 0
