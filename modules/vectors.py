@@ -183,8 +183,7 @@ class VectorIndex:
 
 def _same_lists(index: faiss.Index, added: faiss.Index) -> bool:
     """Both are IVF indexes with the same centroids: searched together, they scan the same lists."""
-    ivf = (faiss.IndexIVF,)
-    if not isinstance(faiss.downcast_index(index), ivf) or not isinstance(faiss.downcast_index(added), ivf):
+    if not isinstance(faiss.downcast_index(index), faiss.IndexIVF) or not isinstance(faiss.downcast_index(added), faiss.IndexIVF):
         return False
     if (added.nlist, added.d) != (index.nlist, index.d):
         return False

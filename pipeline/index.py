@@ -545,7 +545,7 @@ def grow_synonyms(synonyms: sp.csr_matrix, entity_vectors: np.ndarray, entity_in
     new = np.arange(first_new, n)
     rows, found, scores = entity_index.within(entity_vectors[new], eta, nprobe=SYNONYM_NPROBE)
     listed = first_per_row(rows, scores, neighbors + 1)  # as the search for a new name's neighbors + 1 nearest finds them
-    return refresh_synonyms(synonyms, entity_vectors, entity_index, np.union1d(np.unique(found), new), eta, neighbors,
+    return refresh_synonyms(synonyms, entity_vectors, entity_index, np.union1d(found, new), eta, neighbors,
                             searched=(new, new[rows[listed]], found[listed]))
 
 
