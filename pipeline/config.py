@@ -25,6 +25,7 @@ LOCAL_MODEL_ID = f"local/{LOCAL_MODEL_NAME}"
 ADAPTERS = {  # how prompts are laid out -> what the CLI help says
     "chat": "DSPy's ChatAdapter: every request ends with a reminder of the output format",
     "lean": "the same format, with that reminder once in the system message, the prefix the server's prompt cache keeps",
+    "prefilled": "DSPy's ChatAdapter prompts, the reply started with its first field's header and stopped where its fields end",
 }
 
 

