@@ -47,3 +47,21 @@ def test_questions_are_grouped_by_type_and_musique_shapes_by_hop_count():
                                      "3hop": {"n": 2, "f1": 50.0, "recall@5": 75.0},
                                      "untyped": {"n": 1, "f1": 50.0, "recall@5": 0.0}}
     assert per_type(rows, {}) == {}
+
+
+def test_answering_without_the_final_reader_where_a_rule_says_so():
+    from experiments.skip_reader import RULES, rule_rows
+
+    hop = lambda sub_question, answer: {"sub_question": sub_question, "answer": answer}  # noqa: E731
+    rows = [
+        # a chain: the last sub-question refers to #1, so its hop answer replaces the reader's
+        {"id": "a", "answer": "Leah Adler", "chain": [hop("Who directed Jaws?", "Steven Spielberg"), hop("Who is the mother of #1?", "Leah Posner")]},
+        # a comparison (no reference in the last hop): the reader's answer stays
+        {"id": "b", "answer": "Jaws", "chain": [hop("When did Jaws come out?", "1975"), hop("When did Duel come out?", "1971")]},
+        # one hop: the hop answer
+        {"id": "c", "answer": "the director", "chain": [hop("Who directed Jaws?", "Steven Spielberg")]},
+    ]
+    golds = {"a": ["Leah Adler"], "b": ["Duel"], "c": ["Spielberg", "Steven Spielberg"]}
+    # by hand: a "Leah Posner" vs "Leah Adler" shares 1 of 2 tokens each way -> F1 0.5; b "Jaws" vs "Duel" -> 0; c exact alias -> 1
+    assert [row["f1"] for row in rule_rows(rows, golds, RULES["chain"])] == [0.5, 0.0, 1.0]
+    assert [row["f1"] for row in rule_rows(rows, golds, RULES["one hop"])] == [1.0, 0.0, 1.0]
