@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -108,7 +109,8 @@ def run_setting(name: str, questions: int, adapter_name: str) -> dict:
                   "generate": program.generate.generate}
     adapter = make_adapter(adapter_name)
     started = time.perf_counter()
-    server = LocalServer(local_model_path(config.local_model_dir), 1, config.local_context, 2, SETTINGS[name])
+    cpu_threads = config.local_cpu_threads or os.cpu_count() or 1  # as `LocalServer.get` picks them
+    server = LocalServer(local_model_path(config.local_model_dir), 1, config.local_context, cpu_threads, SETTINGS[name])
     load_seconds = time.perf_counter() - started
     rows = []
     for position, steps in enumerate(question_calls(questions)):
