@@ -205,3 +205,23 @@ def test_a_run_without_types_gets_them_from_its_questions_and_a_verdict_per_type
     assert "- comparison: hyperprove 100.00 against ppr 0.00" not in report
     assert "- comparison: hyperprove 100.00 against dense 100.00 (recall@2 +0.00 (95% interval +0.00 to +0.00; 0 up, 0 down, 3 same): within noise)." in report
     assert "- inference: hyperprove 16.67 against ppr 100.00 (recall@2 -83.33 (95% interval -100.00 to -50.00; 0 up, 3 down, 0 same): worse)." in report
+
+
+def test_compare_pairs_systems_of_two_results_folders(tmp_path):
+    import pytest
+
+    from experiments.compare import compare
+    from modules.errors import HyperProveError
+
+    # ten questions in two folders, listed in different orders: the program finds both gold passages on nine, ppr on none
+    for name, system, values in (("a", "hyperprove", [1.0] * 9 + [0.5]), ("b", "ppr", [0.0] * 9 + [0.5])):
+        (tmp_path / name).mkdir()
+        rows = [{"id": f"q{k}", "recall@5": value} for k, value in enumerate(values)]
+        (tmp_path / name / "predictions.json").write_text(json.dumps({system: rows[::-1] if name == "b" else rows}))
+    # as in the verdict test: +100 on nine questions, 0 on one -> mean +90, interval +70 to +100
+    assert compare(f"{tmp_path / 'a'}:hyperprove", f"{tmp_path / 'b'}:ppr", ["recall@5"]) == [
+        f"{tmp_path / 'a'}:hyperprove minus {tmp_path / 'b'}:ppr: recall@5 +90.00 (95% interval +70.00 to +100.00; 9 up, 0 down, 1 same): better"]
+    with pytest.raises(HyperProveError, match="'f1' is not scored"):
+        compare(f"{tmp_path / 'a'}:hyperprove", f"{tmp_path / 'b'}:ppr", ["f1"])
+    with pytest.raises(HyperProveError, match="no system 'dense'"):
+        compare(f"{tmp_path / 'a'}:dense", f"{tmp_path / 'b'}:ppr", ["recall@5"])
