@@ -7,7 +7,7 @@ built-in demonstrations and the checks that keep a small model's output usable.
 from __future__ import annotations
 
 import dspy
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 
 class ExtractedFact(BaseModel):
