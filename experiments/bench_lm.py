@@ -143,7 +143,7 @@ def answer_text(reply: str) -> str:
 
 def summary(result: dict, questions: int) -> dict:
     warm = [r for r in result["calls"] if r["question"] > 0] or result["calls"]
-    warm_questions = max(1, questions - 1) if questions > 1 else 1
+    warm_questions = max(1, questions - 1)
     total = lambda rows, key: sum(r[key] for r in rows)  # noqa: E731
     return {
         "computed tok/s": 1000 * total(warm, "computed_tokens") / max(total(warm, "prompt_ms"), 1e-9),

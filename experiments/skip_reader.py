@@ -12,7 +12,6 @@ paired bootstrap 95% interval. Use train runs: choosing on dev would spoil dev.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -20,10 +19,11 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from experiments.data import load_questions  # noqa: E402
 from experiments.metrics import f1_score  # noqa: E402
+from experiments.report import run_questions, system_rows  # noqa: E402
 from experiments.stats import describe_difference, paired_difference  # noqa: E402
 from modules.references import references  # noqa: E402
+from pipeline.files import read_json  # noqa: E402
 
 RULES = {
     "chain": lambda chain: len(chain) == 1 or bool(references(chain[-1]["sub_question"])),
@@ -48,9 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     for run in args.runs:
         folder = ROOT / "experiments" / "results" / run
-        rows = json.loads((folder / "predictions.json").read_text())["hyperprove"]
-        questions = json.loads((folder / "results.json").read_text())["config"]["evaluation"]["questions"]
-        golds = {q.id: [q.answer, *q.answer_aliases] for q in load_questions(ROOT / questions)}
+        rows = system_rows({"results_dir": str(folder)}, "hyperprove")
+        golds = {q.id: [q.answer, *q.answer_aliases] for q in run_questions(read_json(folder / "results.json", "results"))}
         for name, applies in RULES.items():
             covered = sum(bool(row["chain"]) and applies(row["chain"]) for row in rows)
             difference = paired_difference(rule_rows(rows, golds, applies), rows, "f1")
