@@ -147,7 +147,7 @@ class Workbench:
         """A system's top passages read by the program's final reader (compiled, when given)."""
         from experiments.qa import PassageReader
 
-        return self._prepare_reader(PassageReader(search, self.passages, EVIDENCE_PASSAGES))
+        return self._prepare_reader(PassageReader(search, self.passages, EVIDENCE_PASSAGES, choose=self.config.program.choose_options))
 
 
 @dataclass

@@ -26,13 +26,13 @@ from pipeline.runtime import no_trace
 class PassageReader(dspy.Module):
     """Baseline reader: a system's top-k passages for the question, read by the program's final reader."""
 
-    def __init__(self, search: Callable[[str], list[int]], passages: Sequence[Passage], k: int = 5):
+    def __init__(self, search: Callable[[str], list[int]], passages: Sequence[Passage], k: int = 5, choose: bool = False):
         super().__init__()
-        self.search, self.passages, self.k = search, passages, k
+        self.search, self.passages, self.k, self.choose = search, passages, k, choose
         self.generate = AnswerGenerator()
 
     def forward(self, question: str) -> dspy.Prediction:
-        from pipeline.program import LM_FAILURES
+        from pipeline.program import LM_FAILURES, chosen_note
 
         started = time.perf_counter()
         ranked = self.search(question)
@@ -40,7 +40,10 @@ class PassageReader(dspy.Module):
         evidence = [evidence_line(self.passages[p].title, self.passages[p].text) for p in ranked[: self.k]]
         fallbacks = []
         try:
-            answer = self.generate(question=question, evidence=evidence).answer
+            reading = self.generate(question=question, evidence=evidence, choose=self.choose)
+            answer = reading.answer
+            if reading.replaced is not None:
+                fallbacks.append(chosen_note(reading))
         except LM_FAILURES as error:
             answer = ""
             fallbacks.append(f"final answer: {error}")

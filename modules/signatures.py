@@ -70,3 +70,13 @@ class GenerateAnswer(dspy.Signature):
     question: str = dspy.InputField()
     evidence: list[str] = dspy.InputField(desc="the answered sub-questions, then the supporting facts")
     answer: str = dspy.OutputField(desc="a short phrase, not a sentence")
+
+
+class ChooseAnswer(dspy.Signature):
+    """The question names the answers it allows. Answer it with the one option the evidence
+    supports, written as in the options."""
+
+    question: str = dspy.InputField()
+    options: list[str] = dspy.InputField(desc="the answers the question allows")
+    evidence: list[str] = dspy.InputField(desc="what the reader was given to answer the question")
+    answer: str = dspy.OutputField(desc="one of the options")

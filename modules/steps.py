@@ -13,11 +13,13 @@ import re
 from typing import Sequence
 
 import dspy
+from dspy.utils.exceptions import AdapterParseError
 
 from modules.errors import HyperProveError
 from modules.facts import ScoredFact
 from modules.references import REFERENCE, fill_references, references
-from modules.signatures import AnswerHop, Decompose, DecomposeComparisons, ExtractedFact, ExtractFacts, GenerateAnswer, RewriteBridge
+from modules.signatures import (AnswerHop, ChooseAnswer, Decompose, DecomposeComparisons, ExtractedFact, ExtractFacts, GenerateAnswer,
+                                RewriteBridge)
 
 
 class MalformedOutput(HyperProveError):
@@ -128,6 +130,33 @@ GENERATE_DEMOS = [
         evidence=[f"(Jaws (film)) {_JAWS}", f"(Leah Adler) {_ADLER}"],
         answer="Los Angeles",
     ).with_inputs("question", "evidence"),
+]
+
+
+# a question that names its options: the reader picks the one the evidence supports
+CHOOSE_DEMOS = [
+    dspy.Example(
+        question="Which film came out first, Jaws or Close Encounters of the Third Kind?",
+        options=["Jaws", "Close Encounters of the Third Kind"],
+        evidence=[
+            "When did Jaws come out? -> 1975",
+            "When did Close Encounters of the Third Kind come out? -> 1977",
+            "(Jaws (film)) Jaws is a 1975 American thriller film.",
+            "(Close Encounters of the Third Kind) Close Encounters of the Third Kind is a 1977 science fiction film.",
+        ],
+        answer="Jaws",
+    ).with_inputs("question", "options", "evidence"),
+    dspy.Example(
+        question="Who was born first, Steven Spielberg or Leah Adler?",
+        options=["Steven Spielberg", "Leah Adler"],
+        evidence=[
+            "When was Steven Spielberg born? -> December 18, 1946",
+            "When was Leah Adler born? -> January 12, 1920",
+            "(Leah Adler) Leah Adler was born on January 12, 1920.",
+            "(Leah Adler) Leah Adler was the mother of the film director Steven Spielberg.",
+        ],
+        answer="Leah Adler",
+    ).with_inputs("question", "options", "evidence"),
 ]
 
 
@@ -248,6 +277,57 @@ def supported_span(query: str, facts: Sequence[ScoredFact]) -> str | None:
             if named_words(span) - asked:
                 return span
     return None
+
+
+# Words that make "A or B" a choice between two names rather than part of a title ("Dead or Alive").
+_COMPARING = frozenset(
+    "first last earlier earliest later latest older oldest younger youngest longer longest shorter shortest taller "
+    "tallest higher highest lower lowest bigger biggest larger largest smaller smallest further farther closer nearer "
+    "more most less least fewer greater before after".split()
+)
+_CHOOSING = frozenset("which who whose is are was were do does did has have had".split())  # openings of a choice question
+_MOST_OPTION_WORDS = 16  # 2Wiki has film titles of 14 words
+
+
+def question_options(question: str) -> list[str]:
+    """The answers a question names as its options, else []: "Which film came out first, Jaws or
+    Duel?" and "Who played in Soulfly, Max Cavalera or Billy Idol?" (after the last comma or colon,
+    in a question opening with which/who/is/... or comparing); in a comparing question also "Is
+    Muskegon County Airport or John Wayne Airport further west?" (two named spans around "or") and
+    "Who was born first out of A and B?".
+    A title with "or" in it ("Who directed Dead or Alive?") is no choice."""
+    text = question.strip().rstrip("?").strip()
+    comparing = bool(lower_words(text) & _COMPARING)
+    between = re.search(r"\b(?:out of|between) (.+) and (.+)$", text)
+    head, joined, right = text.rpartition(" or ")
+    clause = re.split(r"[,:;]", head)[-1]
+    if comparing and between and not joined:  # "Who was born first out of A and B?"
+        options = list(between.groups())
+    elif not joined:
+        return []
+    elif clause != head and (comparing or text.split()[0].lower() in _CHOOSING):
+        options = [clause, right]
+    elif comparing:
+        before, after = named_spans(head), named_spans(right)
+        if not before or not after or not head.endswith(before[-1]) or not right.startswith(after[0]):
+            return []
+        named = before[-1].split()
+        while named and named[0].lower() in _FUNCTION_WORDS:  # "Is Muskegon County Airport" -> "Muskegon County Airport"
+            named = named[1:]
+        options = [" ".join(named), after[0]]
+    else:
+        return []
+    options = [option.strip(" \"'“”‘’") for option in options]
+    if any(not _content_words(o) or len(o.split()) > _MOST_OPTION_WORDS for o in options) or _content_words(options[0]) == _content_words(options[1]):
+        return []
+    return options
+
+
+def names_an_option(answer: str, options: Sequence[str]) -> bool:
+    """Whether the answer is one of the options: its content words within an option's, or an
+    option's within its own ("Tea Moderna (magazine)")."""
+    words = _content_words(answer)
+    return bool(words) and any(words <= _content_words(o) or _content_words(o) <= words for o in options)
 
 
 def mentioned(entities: Sequence[str], text: str) -> list[str]:
@@ -413,14 +493,31 @@ class HopAnswerer(dspy.Module):
 
 
 class AnswerGenerator(dspy.Module):
-    """Step 11: the question and the evidence chain -> the final short answer."""
+    """Step 11: the question and the evidence chain -> the final short answer.
+
+    With `choose`, an answer to a question that names its options ("..., Jaws or Duel?") that is
+    none of them (the director found on the way, "No" to "Is A or B further west?") is asked for
+    once more as a choice between the options (`ChooseAnswer`); a reply that is no option either,
+    or does not parse, leaves the first answer. The options come from the question by rule
+    (`question_options`), so no other question pays for the check.
+    """
 
     def __init__(self):
         super().__init__()
         self.generate = _predictor(GenerateAnswer, GENERATE_DEMOS)
+        self.choose = _predictor(ChooseAnswer, CHOOSE_DEMOS)
 
-    def forward(self, question: str, evidence: Sequence[str]) -> dspy.Prediction:
+    def forward(self, question: str, evidence: Sequence[str], choose: bool = False) -> dspy.Prediction:
         answer = _short(self.generate(question=question, evidence=list(evidence)).answer)
         if not answer:
             raise MalformedOutput(f"no final answer to {question!r}")
-        return dspy.Prediction(answer=answer)
+        options = question_options(question) if choose else []
+        if not options or names_an_option(answer, options):
+            return dspy.Prediction(answer=answer, replaced=None)
+        try:
+            chosen = _short(self.choose(question=question, options=options, evidence=list(evidence)).answer)
+        except (AdapterParseError, ValueError):
+            chosen = ""
+        if names_an_option(chosen, options):
+            return dspy.Prediction(answer=chosen, replaced=answer)
+        return dspy.Prediction(answer=answer, replaced=None)

@@ -49,7 +49,8 @@ def build_config(args: argparse.Namespace) -> HyperProveConfig:
         program={"max_hops": flag("max_hops"), "compiled": flag("program"), "entity_retries": flag("entity_retries"),
                  "grounded_hops": flag("grounded_hops"), "question_channel": flag("question_channel"),
                  "reader_evidence": flag("reader_evidence"), "comparison_demos": flag("comparison_demos"),
-                 "bridge_rewrite": flag("bridge_rewrite"), "grounded_in": flag("grounded_in")},
+                 "bridge_rewrite": flag("bridge_rewrite"), "grounded_in": flag("grounded_in"),
+                 "choose_options": flag("choose_options")},
         evaluation={k: flag(k) for k in EVALUATION_FLAGS} if args.command in ("evaluate", "sweep") else {},
         sweep={k: flag(k) for k in SWEEP_FLAGS} if args.command == "sweep" else {},
         compile={k: flag(k) for k in COMPILE_FLAGS} if args.command == "compile" else {},
@@ -152,6 +153,8 @@ def _add_program_flags(parser: argparse.ArgumentParser) -> None:
                         help="what the final reader sees: " + "; ".join(f"{k}: {v}" for k, v in READER_EVIDENCE.items()))
     parser.add_argument("--grounded-in", choices=["cited", "evidence"],
                         help="with --grounded-hops, where a hop answer must occur: the facts the hop reader cited, or any of the hop's facts")
+    parser.add_argument("--choose-options", action=argparse.BooleanOptionalAction,
+                        help="a final answer that is none of the options the question names (\"..., A or B?\") is asked for again as a choice")
     parser.add_argument("--bridge-rewrite", choices=list(BRIDGE_REWRITES),
                         help="how a sub-question's #k become earlier answers: " + "; ".join(f"{k}: {v}" for k, v in BRIDGE_REWRITES.items()))
 

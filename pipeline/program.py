@@ -10,6 +10,8 @@ What the program decides where METHOD.md is silent:
   hop on the original question; an unusable rewrite becomes plain "#k" substitution; an
   unusable hop answer becomes the hop's best fact, so the next hop still has a bridge; an
   unusable final answer becomes the last hop's answer. Each fallback is recorded in the output.
+- With `choose_options`, a final answer that is none of the options the question names is asked
+  for again as a choice between them (`AnswerGenerator`); every peer's reader does the same.
 - Checks a small model needs (`ProgramConfig`; on by default, chosen on train): a decomposition that drops
   or invents a name of the question is asked for again (`entity_retries`); a hop answer its
   facts do not contain is asked for again, then replaced by a named span of them (`grounded_hops`;
@@ -115,7 +117,10 @@ class HyperProve(dspy.Module):
 
         passages = interleave_passages(hop_passages)
         try:
-            final = self.generate(question=question, evidence=self.reader_evidence(chain, frontier, passages)).answer
+            reading = self.generate(question=question, evidence=self.reader_evidence(chain, frontier, passages), choose=config.choose_options)
+            final = reading.answer
+            if reading.replaced is not None:
+                fallbacks.append(chosen_note(reading))
         except LM_FAILURES as error:
             final = answers[-1]
             fallbacks.append(f"final answer: {error}")
@@ -145,7 +150,8 @@ class HyperProve(dspy.Module):
 # --- building and running the program --------------------------------------------------------------
 def load_compiled(module: dspy.Module, path: str | None) -> dspy.Module:
     """Load a compiled program's state into `module` (a HyperProve, or a reader sharing its final
-    predictor); nothing to do without a path."""
+    predictor); nothing to do without a path. A predictor the file does not hold (a program
+    compiled before that predictor existed) keeps its built-in demonstrations."""
     from pipeline.files import read_json
 
     if not path:
@@ -155,8 +161,11 @@ def load_compiled(module: dspy.Module, path: str | None) -> dspy.Module:
     state = read_json(path, "compiled program")
     if not isinstance(state, dict):
         raise HyperProveError(f"--program {path}: holds a JSON {type(state).__name__}, not a compiled HyperProve program (an object)")
+    own = module.dump_state()
+    if not own.keys() & state.keys():
+        raise HyperProveError(f"--program {path}: not a compiled HyperProve program (it holds none of the predictors {', '.join(sorted(own))})")
     try:
-        module.load(path)
+        module.load_state({**own, **state})
     except (ValueError, KeyError, TypeError, AttributeError) as error:
         raise HyperProveError(f"--program {path}: not a compiled HyperProve program ({type(error).__name__}: {error})") from None
     return module
@@ -166,6 +175,11 @@ def program_for(retriever: HypergraphRetriever | None, config) -> HyperProve:
     """The HyperProve program of a `HyperProveConfig` around a retriever, with the compiled state
     of `program.compiled` when it names one."""
     return load_compiled(HyperProve(retriever, config.program), config.program.compiled)
+
+
+def chosen_note(reading: dspy.Prediction) -> str:
+    """The fallback line of a final answer that `AnswerGenerator(choose=True)` replaced."""
+    return f"final answer: {reading.replaced!r} is none of the question's options; the reader chose {reading.answer!r}"
 
 
 def format_chain(prediction: dspy.Prediction) -> list[str]:

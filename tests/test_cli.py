@@ -421,7 +421,8 @@ def test_compile_decompose_then_evaluate_and_reproduce_with_the_compiled_program
     report = json.loads(out.strip().splitlines()[-1])
     assert (report["train_examples"], report["val_examples"], report["val_before"], report["val_after"]) == (2, 1, 93.33, 93.33)
     assert report["val_selects"] is False  # BootstrapFewShot never sees the val examples
-    assert report["demos"] == {"decompose.decompose": 2, "rewrite.rewrite": 2, "answer_hop.answer": 2, "generate.generate": 2}
+    assert report["demos"] == {"decompose.decompose": 2, "rewrite.rewrite": 2, "answer_hop.answer": 2, "generate.generate": 2,
+                               "generate.choose": 2}
     record = json.loads((tmp_path / "decompose.record.json").read_text())
     assert record["program_sha256"] == hashlib.sha256(program.read_bytes()).hexdigest() and record["val_after"] == 93.33
     assert record["config"]["compile"]["target"] == "decompose"
@@ -505,9 +506,9 @@ def test_answer_path_flags_reach_the_program_config():
 
     off = build_config(build_parser().parse_args(["ask", "idx", "q", "--reader-evidence", "passages-only", "--no-question-channel",
                                                    "--entity-retries", "0", "--no-grounded-hops", "--no-comparison-demos",
-                                                   "--bridge-rewrite", "rule", "--grounded-in", "evidence"])).program
+                                                   "--bridge-rewrite", "rule", "--grounded-in", "evidence", "--choose-options"])).program
     assert (off.reader_evidence, off.question_channel, off.entity_retries, off.grounded_hops) == ("passages-only", False, 0, False)
-    assert (off.comparison_demos, off.bridge_rewrite, off.grounded_in) == (False, "rule", "evidence")
+    assert (off.comparison_demos, off.bridge_rewrite, off.grounded_in, off.choose_options) == (False, "rule", "evidence", True)
     shipped = Path(__file__).resolve().parents[1] / "experiments" / "configs" / "musique-train-facts.json"
     on = build_config(build_parser().parse_args(["evaluate", "--config", str(shipped), "--question-channel", "--grounded-hops"])).program
     assert (on.reader_evidence, on.question_channel, on.entity_retries, on.grounded_hops) == ("facts", True, 0, True)

@@ -56,7 +56,7 @@ def test_every_shipped_experiment_config_loads_and_names_its_own_results_folder(
         assert config.evaluation.decomposition == ("lm" if "lm60" in stem or "-train-" in stem else "gold")
         assert config.program.compiled is None or config.program.compiled in compiled
         kinds.append("evaluate")
-    assert sorted(kinds) == ["compile"] * 5 + ["evaluate"] * 28 + ["sweep"] * 4
+    assert sorted(kinds) == ["compile"] * 5 + ["evaluate"] * 29 + ["sweep"] * 4
 
 
 def test_a_comma_list_of_retrievers_from_the_command_line():
@@ -69,6 +69,7 @@ def test_a_record_without_the_program_options_reruns_the_program_it_ran():
     old = {"program": {"max_hops": 4, "carry": "supporting", "compiled": None}}
     program = HyperProveConfig.from_record(old).program
     assert (program.entity_retries, program.grounded_hops, program.question_channel, program.reader_evidence) == (0, False, False, "facts")
+    assert program.choose_options is False
     # what a record holds wins, and a plain config file still takes today's defaults
     newer = {"program": {"reader_evidence": "passages", "question_channel": True}}
     program = HyperProveConfig.from_record(newer).program

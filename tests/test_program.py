@@ -135,9 +135,10 @@ def test_a_failed_final_answer_is_the_last_hop_answer(retriever):
     assert prediction.fallbacks == [f"final answer: no final answer to {QUESTION!r}"]
 
 
-def test_the_program_exposes_its_four_predictors_and_saves_them_as_json(retriever, tmp_path):
+def test_the_program_exposes_its_five_predictors_and_saves_them_as_json(retriever, tmp_path):
     program = HyperProve(retriever)
-    assert [name for name, _ in program.named_predictors()] == ["decompose.decompose", "rewrite.rewrite", "answer_hop.answer", "generate.generate"]
+    assert [name for name, _ in program.named_predictors()] == ["decompose.decompose", "rewrite.rewrite", "answer_hop.answer", "generate.generate",
+                                                                "generate.choose"]
     program.decompose.decompose.demos = program.decompose.decompose.demos[:1]
     program.save(tmp_path / "program.json")
     fresh = HyperProve(retriever)
@@ -218,3 +219,49 @@ def test_checked_decomposition_and_grounded_hops_show_in_the_fallbacks(retriever
 def test_comparison_demos_reach_the_program_decomposer(retriever):
     assert len(HyperProve(retriever).decompose.decompose.demos) == 4  # on by default
     assert len(HyperProve(retriever, ProgramConfig(comparison_demos=False)).decompose.decompose.demos) == 2
+
+
+def test_a_compiled_program_without_a_newer_predictor_loads_and_keeps_its_built_in_demos(retriever, tmp_path):
+    import json
+
+    from modules.errors import HyperProveError
+    from pipeline.program import load_compiled
+
+    program = HyperProve(retriever)
+    program.decompose.decompose.demos = program.decompose.decompose.demos[:1]
+    program.save(tmp_path / "program.json")
+    state = json.loads((tmp_path / "program.json").read_text())
+    del state["generate.choose"]  # as saved before the chooser existed
+    (tmp_path / "old.json").write_text(json.dumps(state))
+    loaded = load_compiled(HyperProve(retriever), str(tmp_path / "old.json"))
+    assert len(loaded.decompose.decompose.demos) == 1 and len(loaded.generate.choose.demos) == 2
+    (tmp_path / "other.json").write_text(json.dumps({"metadata": state["metadata"], "classify.predict": state["generate.generate"]}))
+    with pytest.raises(HyperProveError, match="holds none of the predictors"):
+        load_compiled(HyperProve(retriever), str(tmp_path / "other.json"))
+
+
+CHOICE = "Who died first, Leah Adler or Steven Spielberg?"
+
+
+@pytest.mark.parametrize("choose_options, answer", [(True, "Leah Adler"), (False, "2017")])
+def test_choose_options_makes_the_final_answer_one_of_the_named_options(retriever, choose_options, answer):
+    # the final reader answers with a date; with the check on, the chooser's reply replaces it
+    answers = {"[[ ## options ## ]]": {"answer": "Leah Adler"}, **script(), ask(CHOICE): {"answer": "2017"}}
+    lm = DummyLM(answers)
+    with dspy.context(lm=lm):
+        prediction = HyperProve(retriever, ProgramConfig(choose_options=choose_options))(CHOICE)
+    assert prediction.answer == answer
+    notes = ["final answer: '2017' is none of the question's options; the reader chose 'Leah Adler'"] if choose_options else []
+    assert [note for note in prediction.fallbacks if note.startswith("final answer")] == notes
+    assert sum("[[ ## options ## ]]" in call["messages"][-1]["content"] for call in lm.history) == int(choose_options)
+
+
+def test_a_peer_reader_makes_the_same_choice():
+    from experiments.qa import PassageReader
+
+    lm = DummyLM({"[[ ## options ## ]]": {"answer": "Leah Adler"}, ask(CHOICE): {"answer": "2017"}})
+    with dspy.context(lm=lm):
+        prediction = PassageReader(lambda question: [2, 1, 0], CORPUS, k=2, choose=True)(CHOICE)
+    assert prediction.answer == "Leah Adler" and prediction.passages == [2, 1, 0]
+    assert prediction.fallbacks == ["final answer: '2017' is none of the question's options; the reader chose 'Leah Adler'"]
+    assert "(Leah Adler) Leah Adler was an American restaurateur." in lm.history[-1]["messages"][-1]["content"]

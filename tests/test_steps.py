@@ -175,6 +175,60 @@ def test_hop_answerer_shows_numbered_facts_with_titles():
     assert "[1] (T0) First fact." in lm.history[-1]["messages"][-1]["content"]
 
 
+@pytest.mark.parametrize("question, options", [
+    ("Which film came out first, Jaws or Close Encounters of the Third Kind?", ["Jaws", "Close Encounters of the Third Kind"]),
+    ("Which musician played in the band Soulfly, Max Cavalera or Billy Idol?", ["Max Cavalera", "Billy Idol"]),  # no comparing word
+    ('Which Bulldog includes breeds such as "Standard" and "Classic," the French Bulldog or the American Bulldog?',
+     ["the French Bulldog", "the American Bulldog"]),  # the last comma, quotes stripped
+    ("Is Muskegon County Airport or John Wayne Airport further west?", ["Muskegon County Airport", "John Wayne Airport"]),
+    ("Which magazine was started first Arthur's Magazine or First for Women?", ["Arthur's Magazine", "First"]),
+    ("Who was born first out of Aivar Kuusmaa and Andy Summers?", ["Aivar Kuusmaa", "Andy Summers"]),
+    ("Who directed Dead or Alive?", []),  # a title, not a choice: nothing compares
+    ("What is the birthplace of the director of Love, Life or Death?", []),  # neither a choosing opening nor comparing
+    ("Are Joe Walsh and Chester Bennington both guitarists?", []),
+    ("Who was born first, Jaws or jaws?", []),  # the same option twice
+])
+def test_question_options_are_the_answers_a_question_names(question, options):
+    from modules.steps import question_options
+
+    assert question_options(question) == options
+
+
+def test_an_answer_names_an_option_by_its_words_either_way():
+    from modules.steps import names_an_option
+
+    options = ["Hänt Extra", "Tea Moderna"]
+    assert names_an_option("Tea Moderna (magazine)", options) and names_an_option("the Tea Moderna", options)
+    assert names_an_option("Otto Ludwig Preminger", ["Edward Dmytryk", "Otto Preminger"])
+    assert not names_an_option("Orange Field Tea Factory", options)
+    assert not names_an_option("No", options) and not names_an_option("", options)
+
+
+QUESTION_WITH_OPTIONS = "Which film has the director born first, Boat People or The Wind?"
+
+
+def test_answer_generator_asks_for_a_choice_when_the_answer_is_no_option():
+    lm = DummyLM([{"answer": "Ann Hui"}, {"answer": "Boat People"}])
+    with dspy.context(lm=lm):
+        out = AnswerGenerator()(question=QUESTION_WITH_OPTIONS, evidence=["Who directed Boat People? -> Ann Hui"], choose=True)
+    assert (out.answer, out.replaced) == ("Boat People", "Ann Hui")
+    prompt = lm.history[-1]["messages"][-1]["content"]
+    assert '["Boat People", "The Wind"]' in prompt and "Who directed Boat People? -> Ann Hui" in prompt
+
+
+@pytest.mark.parametrize("replies, choose, answer, calls", [
+    ([{"answer": "Boat People"}], True, "Boat People", 1),  # an option: no second call
+    ([{"answer": "Ann Hui"}], False, "Ann Hui", 1),  # the check is off
+    ([{"answer": "Ann Hui"}, {"answer": "Victor Sjöström"}], True, "Ann Hui", 2),  # the choice is no option either
+    ([{"answer": "Ann Hui"}] + [{"reply": "Boat People"}] * 2, True, "Ann Hui", 3),  # the choice does not parse (chat, then JSON)
+])
+def test_answer_generator_keeps_the_answer_when_no_choice_is_needed_or_made(replies, choose, answer, calls):
+    lm = DummyLM(replies)
+    with dspy.context(lm=lm):
+        out = AnswerGenerator()(question=QUESTION_WITH_OPTIONS, evidence=["x"], choose=choose)
+    assert (out.answer, out.replaced, len(lm.history)) == (answer, None, calls)
+
+
 def test_answer_generator_rejects_an_empty_answer():
     with scripted({"answer": "2017"}):
         assert AnswerGenerator()(question="q", evidence=["a -> b"]).answer == "2017"
@@ -182,12 +236,13 @@ def test_answer_generator_rejects_an_empty_answer():
         AnswerGenerator()(question="q", evidence=[])
 
 
-@pytest.mark.parametrize("module, demos", [(FactExtractor, 2), (Decomposer, 2), (BridgeRewriter, 2), (HopAnswerer, 2), (AnswerGenerator, 2)])
+@pytest.mark.parametrize("module, demos", [(FactExtractor, [2]), (Decomposer, [2]), (BridgeRewriter, [2]), (HopAnswerer, [2]), (AnswerGenerator, [2, 2])])
 def test_every_step_ships_demonstrations(module, demos):
-    [(name, predictor)] = module().named_predictors()
-    assert len(predictor.demos) == demos
-    for demo in predictor.demos:  # every demo fills every field of the signature
-        assert set(predictor.signature.fields) <= set(demo.keys())
+    predictors = [predictor for _, predictor in module().named_predictors()]
+    assert [len(predictor.demos) for predictor in predictors] == demos
+    for predictor in predictors:
+        for demo in predictor.demos:  # every demo fills every field of the signature
+            assert set(predictor.signature.fields) <= set(demo.keys())
 
 
 def test_the_extraction_budget_follows_the_passage_length():
