@@ -2,9 +2,12 @@
 its paired bootstrap 95% interval (`experiments/stats.py`), for runs the report does not pair.
 
     python experiments/compare.py hotpotqa-train-chosen:hyperprove hotpotqa-retrieval-train:ppr --metrics recall@5 recall@2
+    python experiments/compare.py --choices hotpotqa-train-choose:hyperprove hotpotqa-train-choose:hyperprove-passages
 
 Each side is RESULTS:SYSTEM: a results folder (a name under experiments/results/, or a path)
-and a system in its predictions.json. The first side minus the second.
+and a system in its predictions.json. The first side minus the second. With `--choices`, each
+side against itself with the final answers that `choose_options` replaced put back: the same
+run without the choices, since the choice is the last step of a question.
 """
 
 from __future__ import annotations
@@ -17,17 +20,25 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from experiments.report import system_rows  # noqa: E402
+from experiments.metrics import exact_match, f1_score  # noqa: E402
+from experiments.report import run_questions, system_rows  # noqa: E402
 from experiments.stats import describe_difference, paired_difference  # noqa: E402
 from modules.errors import HyperProveError  # noqa: E402
+from pipeline.files import read_json  # noqa: E402
+from pipeline.program import answer_before_choice  # noqa: E402
+
+
+def side_folder(side: str) -> tuple[Path, str]:
+    """The results folder and the system of RESULTS:SYSTEM."""
+    folder, _, system = side.rpartition(":")
+    if not folder or not system:
+        raise HyperProveError(f"{side!r}: expected RESULTS:SYSTEM, e.g. hotpotqa-train-chosen:hyperprove")
+    return (Path(folder) if Path(folder).is_dir() else ROOT / "experiments" / "results" / folder), system
 
 
 def side_rows(side: str) -> list[dict]:
     """The per-question rows of RESULTS:SYSTEM, in question-id order."""
-    folder, _, system = side.rpartition(":")
-    if not folder or not system:
-        raise HyperProveError(f"{side!r}: expected RESULTS:SYSTEM, e.g. hotpotqa-train-chosen:hyperprove")
-    path = Path(folder) if Path(folder).is_dir() else ROOT / "experiments" / "results" / folder
+    path, system = side_folder(side)
     rows = system_rows({"results_dir": str(path)}, system)
     if not rows:
         raise HyperProveError(f"{path}/predictions.json: no system {system!r} (or no such results folder)")
@@ -46,14 +57,44 @@ def compare(first: str, second: str, metrics: list[str]) -> list[str]:
     return lines
 
 
+def without_choices(side: str) -> tuple[list[dict], int]:
+    """The rows of RESULTS:SYSTEM with each final answer the chooser replaced put back and scored
+    again against the gold answer and its aliases; and how many were put back."""
+    rows = side_rows(side)
+    folder, _ = side_folder(side)
+    golds = {q.id: [q.answer, *q.answer_aliases] for q in run_questions(read_json(folder / "results.json", "results"))}
+    undone, replaced = [], 0
+    for row in rows:
+        first = next((answer for answer in map(answer_before_choice, row.get("fallbacks", [])) if answer is not None), None)
+        if first is None:
+            undone.append(row)
+            continue
+        if row["id"] not in golds:
+            raise HyperProveError(f"{folder}/results.json: its questions file does not hold question {row['id']!r}")
+        replaced += 1
+        undone.append({**row, "answer": first, "em": float(exact_match(first, golds[row["id"]])), "f1": float(f1_score(first, golds[row["id"]]))})
+    return undone, replaced
+
+
+def choices(side: str, metrics: list[str]) -> list[str]:
+    """What the choices did to a side: with them minus without, per metric."""
+    rows, (undone, replaced) = side_rows(side), without_choices(side)
+    answers = "answer" if replaced == 1 else "answers"
+    return [f"{side}: {replaced} final {answers} chosen between the question's options; with the choices minus without: "
+            + describe_difference(paired_difference(rows, undone, metric)) for metric in metrics]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("first", help="RESULTS:SYSTEM")
-    parser.add_argument("second", help="RESULTS:SYSTEM")
+    parser.add_argument("sides", nargs="+", help="RESULTS:SYSTEM RESULTS:SYSTEM (two), or with --choices any number")
     parser.add_argument("--metrics", nargs="+", default=["f1"], help="per-question scores: f1, em, recall@2, recall@5")
+    parser.add_argument("--choices", action="store_true", help="each side with and without the final answers choose_options replaced")
     args = parser.parse_args(argv)
+    if not args.choices and len(args.sides) != 2:
+        parser.error("give two sides to compare (or --choices)")
     try:
-        print("\n".join(compare(args.first, args.second, args.metrics)))
+        lines = [line for side in args.sides for line in choices(side, args.metrics)] if args.choices else compare(*args.sides, args.metrics)
+        print("\n".join(lines))
     except HyperProveError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

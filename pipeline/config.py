@@ -91,7 +91,7 @@ class ProgramConfig:
     reader_evidence: str = "facts"  # one of READER_EVIDENCE
     comparison_demos: bool = True  # Decompose also shows two comparisons and is asked to keep the question's names
     bridge_rewrite: str = "lm"  # one of BRIDGE_REWRITES: how a sub-question's "#k" become the resolved answers (step 5)
-    choose_options: bool = False  # a final answer that is none of the options a question names is asked for again as a choice (every reader)
+    choose_options: bool = True  # a final answer that is none of the options a question names is asked for again as a choice (every reader)
 
     # What a recorded config without these fields ran with (records made before they existed), so
     # that reproducing an old run reruns the old program whatever today's defaults are.

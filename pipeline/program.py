@@ -28,6 +28,7 @@ What the program decides where METHOD.md is silent:
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -177,9 +178,20 @@ def program_for(retriever: HypergraphRetriever | None, config) -> HyperProve:
     return load_compiled(HyperProve(retriever, config.program), config.program.compiled)
 
 
+_CHOSEN = re.compile(r"final answer: (.+) is none of the question's options; the reader chose (.+)")
+
+
 def chosen_note(reading: dspy.Prediction) -> str:
     """The fallback line of a final answer that `AnswerGenerator(choose=True)` replaced."""
     return f"final answer: {reading.replaced!r} is none of the question's options; the reader chose {reading.answer!r}"
+
+
+def answer_before_choice(note: str) -> str | None:
+    """The first answer a `chosen_note` records (None for any other fallback line)."""
+    import ast
+
+    match = _CHOSEN.fullmatch(note)
+    return ast.literal_eval(match.group(1)) if match else None
 
 
 def format_chain(prediction: dspy.Prediction) -> list[str]:

@@ -506,15 +506,15 @@ def test_answer_path_flags_reach_the_program_config():
 
     off = build_config(build_parser().parse_args(["ask", "idx", "q", "--reader-evidence", "passages-only", "--no-question-channel",
                                                    "--entity-retries", "0", "--no-grounded-hops", "--no-comparison-demos",
-                                                   "--bridge-rewrite", "rule", "--grounded-in", "evidence", "--choose-options"])).program
+                                                   "--bridge-rewrite", "rule", "--grounded-in", "evidence", "--no-choose-options"])).program
     assert (off.reader_evidence, off.question_channel, off.entity_retries, off.grounded_hops) == ("passages-only", False, 0, False)
-    assert (off.comparison_demos, off.bridge_rewrite, off.grounded_in, off.choose_options) == (False, "rule", "evidence", True)
+    assert (off.comparison_demos, off.bridge_rewrite, off.grounded_in, off.choose_options) == (False, "rule", "evidence", False)
     shipped = Path(__file__).resolve().parents[1] / "experiments" / "configs" / "musique-train-facts.json"
     on = build_config(build_parser().parse_args(["evaluate", "--config", str(shipped), "--question-channel", "--grounded-hops"])).program
     assert (on.reader_evidence, on.question_channel, on.entity_retries, on.grounded_hops) == ("facts", True, 0, True)
     defaults = build_config(build_parser().parse_args(["ask", "idx", "q"])).program
     assert (defaults.reader_evidence, defaults.question_channel, defaults.entity_retries, defaults.grounded_hops) == ("facts", True, 2, True)
-    assert (defaults.comparison_demos, defaults.bridge_rewrite, defaults.grounded_in) == (True, "lm", "cited")
+    assert (defaults.comparison_demos, defaults.bridge_rewrite, defaults.grounded_in, defaults.choose_options) == (True, "lm", "cited", True)
     with pytest.raises(HyperProveError, match="bridge_rewrite='llm' must be one of 'lm', 'rule'"):
         ProgramConfig(bridge_rewrite="llm")
     assert build_config(build_parser().parse_args(["ask", "idx", "q", "--lm-adapter", "lean"])).lm.adapter == "lean"

@@ -225,3 +225,28 @@ def test_compare_pairs_systems_of_two_results_folders(tmp_path):
         compare(f"{tmp_path / 'a'}:hyperprove", f"{tmp_path / 'b'}:ppr", ["f1"])
     with pytest.raises(HyperProveError, match="no system 'dense'"):
         compare(f"{tmp_path / 'a'}:dense", f"{tmp_path / 'b'}:ppr", ["recall@5"])
+
+
+def test_compare_choices_puts_back_the_answers_the_chooser_replaced(tmp_path):
+    from dspy import Prediction
+
+    from experiments.compare import choices, without_choices
+    from pipeline.program import answer_before_choice, chosen_note
+
+    note = chosen_note(Prediction(answer="Boat People", replaced="Ann Hui's 'Boat'"))
+    assert answer_before_choice(note) == "Ann Hui's 'Boat'" and answer_before_choice("final answer: no final answer to 'q'") is None
+    # q0: the choice was right (F1 1 -> first answer 0); q1: wrong, but the first answer matched an alias; q2: no choice
+    questions = [{"id": "q0", "question": "?", "answer": "Boat People"}, {"id": "q1", "question": "?", "answer": "The Wind", "answer_aliases": ["Wind"]},
+                 {"id": "q2", "question": "?", "answer": "1975"}]
+    (tmp_path / "questions.json").write_text(json.dumps(questions))
+    rows = [{"id": "q0", "answer": "Boat People", "em": 1.0, "f1": 1.0, "fallbacks": [chosen_note(Prediction(answer="Boat People", replaced="Ann Hui"))]},
+            {"id": "q1", "answer": "Boat People", "em": 0.0, "f1": 0.0, "fallbacks": [chosen_note(Prediction(answer="Boat People", replaced="wind"))]},
+            {"id": "q2", "answer": "1975", "em": 1.0, "f1": 1.0, "fallbacks": []}]
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "predictions.json").write_text(json.dumps({"dense": rows}))
+    (tmp_path / "run" / "results.json").write_text(json.dumps({"questions": str(tmp_path / "questions.json")}))
+    undone, replaced = without_choices(f"{tmp_path / 'run'}:dense")
+    assert replaced == 2 and [(row["answer"], row["em"], row["f1"]) for row in undone] == [("Ann Hui", 0.0, 0.0), ("wind", 1.0, 1.0), ("1975", 1.0, 1.0)]
+    # per question +100, -100, 0: mean 0
+    assert choices(f"{tmp_path / 'run'}:dense", ["em"])[0].startswith(
+        f"{tmp_path / 'run'}:dense: 2 final answers chosen between the question's options; with the choices minus without: em +0.00 (95% interval -")
