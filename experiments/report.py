@@ -328,6 +328,7 @@ def answer_path(settings: dict, system: str) -> str:
     words += ["comparison demos"] if settings["comparison_demos"] else []
     words += ["hop answers grounded in any of the hop's facts"] if settings.get("grounded_in") == "evidence" else []
     words += ["bridges by rule"] if settings.get("bridge_rewrite") == "rule" else []
+    words += ["answers chosen between named options"] if settings.get("choose_options") else []
     words += [f"{adapter} adapter"] if (adapter := settings.get("adapter", "chat")) != "chat" else []
     words += [f"compiled `{settings['compiled']}`"] if settings["compiled"] else []
     return "; ".join(words)
