@@ -29,6 +29,15 @@ class ExtractFacts(dspy.Signature):
     facts: list[str] = dspy.OutputField(desc="every fact the passage states, in order")
 
 
+class ExtractEntities(dspy.Signature):
+    """List the entities the passage mentions: names, dates, numbers, and the objects and concepts
+    that take part in a relation."""
+
+    title: str = dspy.InputField(desc="the passage title, usually its subject")
+    passage: str = dspy.InputField()
+    entities: list[str] = dspy.OutputField(desc="each entity once, as written in the passage")
+
+
 class Decompose(dspy.Signature):
     """Break the question into the ordered sub-questions that answer it one hop at a time. A later
     sub-question refers to the answer of sub-question k as #k. A one-hop question stays whole."""

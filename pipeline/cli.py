@@ -17,7 +17,7 @@ from typing import Callable
 
 from modules.config import TUNABLES, tunable_type
 from modules.errors import HyperProveError, first_line
-from pipeline.config import ADAPTERS, BRIDGE_REWRITES, READER_EVIDENCE, HyperProveConfig
+from pipeline.config import ADAPTERS, BRIDGE_REWRITES, EXTRACTORS, READER_EVIDENCE, HyperProveConfig
 
 # Third-party settings the command line fixes for every command: no reaching for the network at
 # import or first use, and no progress bars of MLflow's own between ours.
@@ -115,7 +115,8 @@ def cmd_ui(args, make_runtime) -> dict:
 # --- flags -----------------------------------------------------------------------------------------------
 def _add_config_flags(parser: argparse.ArgumentParser, retriever: bool = True, extractor: str = "sentences") -> None:
     parser.add_argument("--config", help="experiment config file (JSON); flags override it")
-    parser.add_argument("--extractor", choices=["sentences", "lm"], help=f"fact extractor (default: {extractor})")
+    parser.add_argument("--extractor", choices=list(EXTRACTORS),
+                        help=f"fact extractor (default: {extractor}): " + "; ".join(f"{k}: {v}" for k, v in EXTRACTORS.items()))
     parser.add_argument("--embedder", help="embedder id (default: all-MiniLM-L6-v2, from its package)")
     parser.add_argument("--eta", type=float, help="synonym cosine threshold (default 0.8)")
     parser.add_argument("--cache-dir", help="embeddings, indexes, LM extractions and LM calls (default .hyperprove/cache)")

@@ -64,6 +64,11 @@ class LMConfig:
         return self.model or LOCAL_MODEL_ID
 
 
+EXTRACTORS = {  # step 1 -> what the CLI help says
+    "sentences": "sentences as facts, entities by rule (no model)",
+    "lm": "the LM writes each passage's facts and entities (one call per passage)",
+    "lm-entities": "sentences as facts, the LM names the entities (one short call per passage)",
+}
 READER_EVIDENCE = {  # what the final reader (step 11) sees -> what the CLI help says
     "facts": "the answered sub-questions, then the facts of the carried frontier",
     "passages": "the answered sub-questions, then the program's top 5 passages",
@@ -119,7 +124,7 @@ class ProgramConfig:
 class IndexConfig:
     """How a corpus becomes a hypergraph index (steps 1-3)."""
 
-    extractor: str = "sentences"  # "sentences" (rules) or "lm" (one LM call per passage)
+    extractor: str = "sentences"  # one of EXTRACTORS
     embedder: str = DEFAULT_EMBEDDER
     eta: float = 0.8  # step 2: synonym cosine threshold
     synonym_neighbors: int = 10  # nearest names examined per entity for synonyms
@@ -137,8 +142,8 @@ class IndexConfig:
         check_types(self, "index")
         if not 0.0 < self.eta <= 1.0:
             raise HyperProveError(f"index config: eta={self.eta!r} must lie in (0, 1]")
-        if self.extractor not in ("sentences", "lm"):
-            raise HyperProveError(f"index config: extractor={self.extractor!r} must be 'sentences' or 'lm'")
+        if self.extractor not in EXTRACTORS:
+            raise HyperProveError(f"index config: extractor={self.extractor!r} must be one of {', '.join(map(repr, EXTRACTORS))}")
         if self.synonym_neighbors < 1 or self.exact_search_max < 1 or self.batch_size < 1:
             raise HyperProveError("index config: synonym_neighbors, exact_search_max and batch_size must be >= 1")
 

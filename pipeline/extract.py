@@ -1,5 +1,5 @@
-"""Fact extraction (METHOD.md step 1) behind one interface: the LM-free `sentences` extractor
-and the `lm` extractor.
+"""Fact extraction (METHOD.md step 1) behind one interface: the LM-free `sentences` extractor,
+the `lm` extractor, and `lm-entities` (the sentences as facts, the LM naming their entities).
 
 An extractor turns passages into facts; everything downstream (entity normalisation,
 synonyms, incidence) is shared, so both plug in through the same `Extractor` protocol.
@@ -31,6 +31,7 @@ from typing import Protocol, Sequence
 
 from modules.errors import HyperProveError
 from modules.facts import Fact, Passage
+from pipeline.config import EXTRACTORS
 from pipeline.files import atomic_write_json, clear_scratch
 
 
@@ -187,15 +188,22 @@ class LMExtractor:
     version = "1"
 
     def __init__(self, lm, lm_id: str, cache_dir: str | Path, threads: int = 1):
-        from modules.steps import FactExtractor
-
         self.lm, self.lm_id, self.threads = lm, lm_id, threads
-        self.module = FactExtractor()
-        self.cache_dir = extraction_cache(cache_dir, lm_id)
+        self.module = self.make_module()
+        self.cache_dir = extraction_cache(cache_dir, lm_id, self.name, self.version)
         clear_scratch(self.cache_dir, depth=2)  # passages a killed build was writing
         self.counts = {"passages": 0, "cached": 0, "extracted": 0, "retried": 0, "fallbacks": 0, "lm_seconds": 0.0}
         self.fallback_titles: list[str] = []
         self._lock = threading.Lock()
+
+    def make_module(self):
+        from modules.steps import FactExtractor
+
+        return FactExtractor()
+
+    def rows(self, passage: Passage, output) -> list[dict]:
+        """What is cached for a passage: its facts, each with its entities."""
+        return [{"text": f.text, "entities": f.entities} for f in output.facts]
 
     def _path(self, passage: Passage) -> Path:
         return extraction_path(self.cache_dir, passage)
@@ -218,7 +226,7 @@ class LMExtractor:
                 with self._lock:
                     self.counts["retried"] += attempt == 0
                 continue
-            rows = [{"text": f.text, "entities": f.entities} for f in output.facts]
+            rows = self.rows(passage, output)
             atomic_write_json(self._path(passage), rows)
             return rows
         return None
@@ -238,7 +246,7 @@ class LMExtractor:
         todo = [k for k, r in enumerate(rows) if r is None]
         self.counts["passages"] += len(passages)
         self.counts["cached"] += len(passages) - len(todo)
-        bar = tqdm(total=len(todo), desc="extract (lm)", unit="passage", disable=not progress or not todo)
+        bar = tqdm(total=len(todo), desc=f"extract ({self.name})", unit="passage", disable=not progress or not todo)
         started = time.perf_counter()
         with ThreadPoolExecutor(max_workers=self.threads) as pool:
             futures = {pool.submit(self._ask, passages[k]): k for k in todo}
@@ -269,10 +277,31 @@ class LMExtractor:
         return {"name": self.name, "version": self.version, "lm": self.lm_id, **self.counts}
 
 
+class LMEntityExtractor(LMExtractor):
+    """Step 1 with the work split: the facts are the passage's sentences, pronouns resolved by
+    rule as in `sentences`, and the LM names the passage's entities (`modules.steps.EntityExtractor`);
+    each sentence gets the named entities it mentions (the rule-based ones when it mentions none).
+    The LM writes a list of names instead of restating the passage, less than half the tokens
+    of `lm`; cache, concurrency, retry and fallback are `LMExtractor`'s."""
+
+    name = "lm-entities"
+    version = f"1-sentences{SentenceExtractor.version}"  # the cached rows are sentences too: a new rule set extracts again
+
+    def make_module(self):
+        from modules.steps import EntityExtractor
+
+        return EntityExtractor()
+
+    def rows(self, passage: Passage, output) -> list[dict]:
+        from modules.steps import mentioned
+
+        return [{"text": fact.text, "entities": mentioned(output.entities, fact.text)} for fact in SentenceExtractor().extract_passage(passage, 0)]
+
+
 # --- the extraction cache, and LM-extracted facts shipped as a file -----------------------------------------
-def extraction_cache(cache_dir: str | Path, lm_id: str) -> Path:
-    """Where the `lm` extractor keeps each passage's facts: one folder per extractor version and LM."""
-    key = hashlib.sha256(f"{LMExtractor.name}-{LMExtractor.version}-{lm_id}".encode()).hexdigest()[:16]
+def extraction_cache(cache_dir: str | Path, lm_id: str, name: str = LMExtractor.name, version: str = LMExtractor.version) -> Path:
+    """Where an LM extractor keeps each passage's facts: one folder per extractor, version and LM."""
+    key = hashlib.sha256(f"{name}-{version}-{lm_id}".encode()).hexdigest()[:16]
     return Path(cache_dir) / "extractions" / key
 
 
@@ -345,41 +374,42 @@ def seed_extracted_facts(path: str | Path, passages: Sequence[Passage], cache_di
     return seeded
 
 
-EXTRACTORS = ("sentences", "lm")
-EXTRACTOR_VERSIONS = {"sentences": SentenceExtractor.version, "lm": LMExtractor.version}  # in index cache keys
+LM_EXTRACTORS = {extractor.name: extractor for extractor in (LMExtractor, LMEntityExtractor)}
+EXTRACTOR_VERSIONS = {"sentences": SentenceExtractor.version, **{name: e.version for name, e in LM_EXTRACTORS.items()}}  # in index cache keys
 
 
 def make_extractor(name: str, lm=None, lm_id: str | None = None, cache_dir: str | Path = ".hyperprove/cache", threads: int = 1) -> Extractor:
-    """The named extractor; `lm` needs an LM (and its id, for the cache and the manifest)."""
+    """The named extractor (`pipeline.config.EXTRACTORS`); the LM ones need an LM (and its id,
+    for the cache and the manifest)."""
     if name == "sentences":
         return SentenceExtractor()
-    if name == "lm":
+    if name in LM_EXTRACTORS:
         if lm is None or lm_id is None:
-            raise HyperProveError("extractor 'lm' needs an LM (the local model, or --lm MODEL)")
-        return LMExtractor(lm, lm_id, cache_dir, threads)
+            raise HyperProveError(f"extractor {name!r} needs an LM (the local model, or --lm MODEL)")
+        return LM_EXTRACTORS[name](lm, lm_id, cache_dir, threads)
     raise HyperProveError(f"unknown extractor {name!r} (available: {', '.join(EXTRACTORS)})")
 
 
 def extractor_for(config, runtime) -> Extractor:
-    """The extractor a `HyperProveConfig` names; the `lm` one takes the runtime's LM, started only now."""
-    if config.index.extractor != "lm":
+    """The extractor a `HyperProveConfig` names; an LM one takes the runtime's LM, started only now."""
+    if config.index.extractor not in LM_EXTRACTORS:
         return make_extractor(config.index.extractor)
     session = runtime.session
-    return make_extractor("lm", session.lm, session.id, config.cache_dir, config.lm.concurrency)
+    return make_extractor(config.index.extractor, session.lm, session.id, config.cache_dir, config.lm.concurrency)
 
 
 def describe_extraction(extractor: Extractor) -> list[str]:
     """What an LM extraction did, for the user: counts, fallbacks and throughput (nothing for rules)."""
     report = extractor.report()
-    if report["name"] != "lm":
+    if report["name"] not in LM_EXTRACTORS:
         return []
     titles = extractor.fallback_titles
     lines = [
-        f"lm extraction: {report['passages']} passages, {report['cached']} from the cache, {report['extracted']} extracted, "
+        f"{report['name']} extraction: {report['passages']} passages, {report['cached']} from the cache, {report['extracted']} extracted, "
         f"{report['retried']} retried, {report['fallbacks']} fell back to sentences"
         + (f" ({', '.join(titles[:5])}{', ...' if report['fallbacks'] > 5 else ''})" if report["fallbacks"] else "")
     ]
     asked = report["passages"] - report["cached"]
     if asked and report["lm_seconds"]:
-        lines.append(f"lm extraction took {report['lm_seconds'] / 60:.1f} min: {60 * asked / report['lm_seconds']:.1f} passages per minute")
+        lines.append(f"{report['name']} extraction took {report['lm_seconds'] / 60:.1f} min: {60 * asked / report['lm_seconds']:.1f} passages per minute")
     return lines

@@ -783,7 +783,7 @@ def index_key(passages: Sequence[Passage], config) -> str:
     from pipeline.extract import EXTRACTOR_VERSIONS
 
     shaping = {**config.index.shaping(), "extractor_version": EXTRACTOR_VERSIONS[config.index.extractor], "format_version": FORMAT_VERSION}
-    if config.index.extractor == "lm":
+    if config.index.extractor != "sentences":  # an LM extractor: its facts are that LM's
         shaping["lm"] = config.lm.id
     digest = hashlib.sha256(json.dumps(shaping, sort_keys=True).encode()).hexdigest()[:16]
     return f"{corpus_checksum(passages)[:16]}-{config.index.extractor}-{digest}"

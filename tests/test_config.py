@@ -21,7 +21,7 @@ def test_round_trip_and_overrides(tmp_path):
 @pytest.mark.parametrize("values, message", [
     ({"lm": {"modle": "x"}}, "config: unknown field lm.modle"),
     ({"program": {"carry": "all"}}, "carry='all' must be 'supporting' or 'top_k'"),
-    ({"index": {"extractor": "magic"}}, "extractor='magic' must be 'sentences' or 'lm'"),
+    ({"index": {"extractor": "magic"}}, "extractor='magic' must be one of 'sentences', 'lm', 'lm-entities'"),
     ({"lm": "openai/gpt-4o-mini"}, "config: lm must be a JSON object"),
     ({"retrievr": {}}, "unknown field 'retrievr'"),
     ({"evaluation": {"decomposition": "oracle"}}, "decomposition='oracle' must be 'gold' or 'lm'"),
@@ -56,7 +56,7 @@ def test_every_shipped_experiment_config_loads_and_names_its_own_results_folder(
         assert config.evaluation.decomposition == ("lm" if "lm60" in stem or "-train-" in stem else "gold")
         assert config.program.compiled is None or config.program.compiled in compiled
         kinds.append("evaluate")
-    assert sorted(kinds) == ["compile"] * 5 + ["evaluate"] * 29 + ["sweep"] * 4
+    assert sorted(kinds) == ["compile"] * 5 + ["evaluate"] * 31 + ["sweep"] * 4
 
 
 def test_a_comma_list_of_retrievers_from_the_command_line():

@@ -139,3 +139,60 @@ def test_the_shipped_demo_facts_match_the_demo_corpus_and_the_embedded_model():
     assert shipped["lm"] == LOCAL_MODEL_ID and shipped["extractor_version"] == LMExtractor.version
     assert [row["sha256"] for row in shipped["passages"]] == [passage_digest(p) for p in passages]
     assert all(row["facts"] for row in shipped["passages"])  # every passage extracted, none fell back to sentences
+
+
+ENTITIES = {  # the LM names entities only; "Spielberg" is in no sentence as written, "Shark" in no passage
+    "Jaws is a 1975 film.": {"entities": ["Jaws", "1975", "Steven Spielberg", "Spielberg's shark"]},
+    "Leah Adler was a restaurateur.": {"entities": ["Leah Adler", "restaurateur"]},
+    "The Ohio River flows": {"entities": ["Ohio River"]},
+}
+
+
+def test_lm_entities_makes_sentences_the_facts_and_names_their_entities(tmp_path, hash_embedder):
+    from pipeline.extract import LMEntityExtractor
+
+    lm = DummyLM(ENTITIES)
+    ex = LMEntityExtractor(lm, "dummy/test", tmp_path / "cache", threads=1)
+    facts = ex.extract(PASSAGES, first_id=5)
+    # the second sentences' pronouns resolved by rule, as `sentences` does; an entity with a word the passage lacks is dropped
+    assert facts[0] == [Fact("Jaws is a 1975 film.", ("Jaws", "1975"), 5), Fact("Jaws was directed by Steven Spielberg.", ("Jaws", "Steven Spielberg"), 5)]
+    assert facts[1] == [Fact("Leah Adler was a restaurateur.", ("Leah Adler", "restaurateur"), 6), Fact("Leah Adler died in 2017.", ("Leah Adler",), 6)]
+    # one sentence mentions the LM's "Ohio River" but not "Mississippi River": the LM's list is what counts
+    assert facts[2] == [Fact("The Ohio River flows into the Mississippi River.", ("Ohio River",), 7)]
+    assert [f.text for fs in facts for f in fs] == [f.text for k, p in enumerate(PASSAGES) for f in SentenceExtractor().extract_passage(p, k)]
+    report = ex.report()
+    assert (report["name"], report["extracted"], report["fallbacks"]) == ("lm-entities", 3, 0)
+    assert "[[ ## facts ## ]]" not in lm.history[0]["messages"][-1]["content"]  # entities are all it asks for
+    assert lm.history[0]["kwargs"]["max_tokens"] == 48 + len("Jaws (film)" + PASSAGES[0].text) // 12
+    # its own cache, apart from the `lm` extractor's: a second run asks nothing, and `lm` would ask again
+    again = LMEntityExtractor(DummyLM({}), "dummy/test", tmp_path / "cache")
+    assert again.extract(PASSAGES, first_id=5) == facts and again.report()["cached"] == 3
+    assert LMExtractor(DummyLM({}), "dummy/test", tmp_path / "cache").cache_dir != again.cache_dir
+    index = build_index(PASSAGES, IndexConfig(extractor="lm-entities", embedder=hash_embedder.id), hash_embedder, progress=False, extractor=again)
+    assert index.info["extractor"]["name"] == "lm-entities" and index.info["extractor"]["lm"] == "dummy/test"
+    with pytest.raises(Exception, match="extractor 'lm-entities' needs an LM"):
+        make_extractor("lm-entities")
+
+
+def test_lm_entities_falls_back_to_rule_entities_for_a_sentence_that_names_none(tmp_path):
+    from pipeline.extract import LMEntityExtractor
+
+    ex = LMEntityExtractor(DummyLM({"Leah Adler was a restaurateur.": {"entities": ["restaurateur"]}}), "dummy/test", tmp_path / "cache")
+    [facts] = ex.extract(PASSAGES[1:2])
+    # the second sentence ("She" resolved) names no entity of the LM's: the rules name "Leah Adler" and "2017" (`sentences`)
+    assert facts == [Fact("Leah Adler was a restaurateur.", ("restaurateur",), 0), Fact("Leah Adler died in 2017.", ("Leah Adler", "2017"), 0)]
+
+
+def test_the_extraction_benchmark_counts_calls_facts_and_entities_with_nothing_cached(tmp_path):
+    from experiments.bench_extract import bench
+    from modules.errors import HyperProveError
+
+    (tmp_path / "corpus.json").write_text(json.dumps([{"title": p.title, "text": p.text} for p in PASSAGES]))
+    figures = bench(str(tmp_path / "corpus.json"), 2, "lm-entities", {}, model=DummyLM(ENTITIES))
+    # two passages, one call each; 4 sentences with 2, 2, 2 and 1 entities (see the lm-entities test above)
+    assert (figures["passages"], figures["lm_calls_per_passage"], figures["facts_per_passage"], figures["entities_per_fact"]) == (2, 1.0, 2.0, 1.75)
+    assert (figures["fallbacks"], figures["retried"], figures["characters_per_passage"]) == (0, 0, round((56 + 48) / 2))
+    again = bench(str(tmp_path / "corpus.json"), 2, "lm-entities", {}, model=DummyLM(ENTITIES))
+    assert again["lm_calls_per_passage"] == 1.0  # a fresh cache each time: nothing is served from a previous run
+    with pytest.raises(HyperProveError, match="only the LM extractors"):
+        bench(str(tmp_path / "corpus.json"), 2, "sentences", {})

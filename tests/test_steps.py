@@ -6,7 +6,7 @@ from dspy.utils import DummyLM
 
 from modules.facts import ScoredFact
 from modules.references import fill_references
-from modules.steps import (AnswerGenerator, BridgeRewriter, Decomposer, FactExtractor, HopAnswerer, MalformedOutput, contained,
+from modules.steps import (AnswerGenerator, BridgeRewriter, Decomposer, EntityExtractor, FactExtractor, HopAnswerer, MalformedOutput, contained,
                            entity_problems, mentioned, named_spans, named_words, supported_span)
 
 
@@ -40,6 +40,13 @@ def test_fact_extractor_drops_what_the_passage_does_not_say():
         out = FactExtractor()(title="Jaws (film)", passage=PASSAGE)
     assert [f.text for f in out.facts] == ["Jaws was directed by Steven Spielberg."]
     assert out.entities == ["Jaws", "Steven Spielberg"]
+
+
+def test_entity_extractor_keeps_what_the_passage_names_and_rejects_nothing_left():
+    with scripted({"entities": ["Steven  Spielberg", "1975", "Leah Adler", "Steven Spielberg"]}):
+        assert EntityExtractor()(title="Jaws (film)", passage=PASSAGE).entities == ["Steven Spielberg", "1975"]
+    with scripted({"entities": ["Leah Adler"]}), pytest.raises(MalformedOutput, match="no entities"):
+        EntityExtractor()(title="Jaws (film)", passage=PASSAGE)
 
 
 def test_fact_extractor_rejects_an_empty_answer():
@@ -236,7 +243,8 @@ def test_answer_generator_rejects_an_empty_answer():
         AnswerGenerator()(question="q", evidence=[])
 
 
-@pytest.mark.parametrize("module, demos", [(FactExtractor, [2]), (Decomposer, [2]), (BridgeRewriter, [2]), (HopAnswerer, [2]), (AnswerGenerator, [2, 2])])
+@pytest.mark.parametrize("module, demos", [(FactExtractor, [2]), (Decomposer, [2]), (BridgeRewriter, [2]), (HopAnswerer, [2]), (AnswerGenerator, [2, 2]),
+                                            (EntityExtractor, [2])])
 def test_every_step_ships_demonstrations(module, demos):
     predictors = [predictor for _, predictor in module().named_predictors()]
     assert [len(predictor.demos) for predictor in predictors] == demos
