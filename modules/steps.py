@@ -194,6 +194,11 @@ def _supported(entity: str, source: set[str]) -> bool:
     return bool(words) and words <= source
 
 
+def supported_entities(listed, source: set[str]) -> list[str]:
+    """The listed entities whose words the source has, each once, whitespace normalised."""
+    return list(dict.fromkeys(e for e in (_short(e) for e in listed or []) if _supported(e, source)))
+
+
 def _grounded(fact: str, source: set[str]) -> bool:
     words = _content_words(fact)
     return bool(words) and len(words & source) >= GROUNDED_SHARE * len(words)
@@ -365,9 +370,8 @@ class FactExtractor(dspy.Module):
         config = {"max_tokens": extraction_budget(title, passage), **past_cache(attempt, temperature=0.3)}
         output = self.extract(title=title, passage=passage, config=config)
         source = _content_words(f"{title} {passage}")
-        entities = [e for e in (_short(e) for e in output.entities or []) if _supported(e, source)]
-        texts = [t for t in (_short(t) for t in output.facts or []) if t and _grounded(t, source)]
-        entities, texts = list(dict.fromkeys(entities)), list(dict.fromkeys(texts))
+        entities = supported_entities(output.entities, source)
+        texts = list(dict.fromkeys(t for t in (_short(t) for t in output.facts or []) if t and _grounded(t, source)))
         if not texts:
             raise MalformedOutput(f"no facts extracted from passage {title!r} that the passage supports")
         facts = [ExtractedFact(text=text, entities=mentioned(entities, text)) for text in texts]
@@ -377,8 +381,9 @@ class FactExtractor(dspy.Module):
 class EntityExtractor(dspy.Module):
     """Step 1's entities alone: passage -> the entities it mentions; the facts are its sentences,
     split by rule (`pipeline.extract.LMEntityExtractor`). Less than half of `FactExtractor`'s
-    generated tokens (61 against 152 a MuSiQue passage), which are what an LM call costs on a laptop CPU. An entity with a word
-    that is not in the title or passage is dropped, as in `FactExtractor`."""
+    generated tokens (61 against 152 a MuSiQue passage), which are what an LM call costs on a
+    laptop CPU. An entity with a word that is not in the title or passage is dropped, as in
+    `FactExtractor`."""
 
     def __init__(self):
         super().__init__()
@@ -388,8 +393,7 @@ class EntityExtractor(dspy.Module):
         """attempt > 0 asks again past the cache, a little warmer, after a malformed answer."""
         config = {"max_tokens": entity_budget(title, passage), **past_cache(attempt, temperature=0.3)}
         output = self.extract(title=title, passage=passage, config=config)
-        source = _content_words(f"{title} {passage}")
-        entities = list(dict.fromkeys(e for e in (_short(e) for e in output.entities or []) if _supported(e, source)))
+        entities = supported_entities(output.entities, _content_words(f"{title} {passage}"))
         if not entities:
             raise MalformedOutput(f"no entities extracted from passage {title!r} that the passage supports")
         return dspy.Prediction(entities=entities)
