@@ -558,3 +558,18 @@ def test_index_add_and_delete_change_an_index_that_evaluate_checks_against_its_c
                                      "and no corpus or --out\n")
     code, _, err = run_scripted(capsys, scripted_cli, "index", files / "corpus.json", "--embedder", "test-hash")
     assert code == 2 and err == "error: index: give a corpus and --out DIR (or --add NEW.json / --delete IDS.json --into DIR to change an index)\n"
+
+
+def test_index_with_the_lm_entities_extractor_names_it_and_its_lm(files, capsys, scripted_cli):
+    # every passage gets the list "Jaws", "Steven Spielberg": the two passages that name them keep it; the other three
+    # support neither name, are asked again, and fall back to the sentences extractor
+    scripted_cli.answers = {"": {"entities": ["Jaws", "Steven Spielberg"]}}
+    code, out, _ = run_scripted(capsys, scripted_cli, "index", files / "corpus.json", "--out", files / "idx", "--embedder", "test-hash",
+                                "--extractor", "lm-entities", "--cache-dir", files / "cache")
+    assert code == 0
+    assert "lm-entities extraction: 5 passages, 0 from the cache, 2 extracted, 3 retried, 3 fell back to sentences (Leah Adler, " in out
+    manifest = json.loads((files / "idx" / "manifest.json").read_text())
+    assert (manifest["extractor"]["name"], manifest["extractor"]["version"]) == ("lm-entities", "1-sentences1")
+    facts = [json.loads(line) for line in (files / "idx" / "facts.jsonl").read_text().splitlines()]
+    names = json.loads((files / "idx" / "entities.json").read_text())
+    assert facts[0]["text"] == CORPUS[0]["text"] and [names[e] for e in facts[0]["entities"]] == ["Jaws", "Steven Spielberg"]
