@@ -21,10 +21,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from experiments.metrics import exact_match, f1_score  # noqa: E402
-from experiments.report import run_questions, system_rows  # noqa: E402
+from experiments.report import gold_answers, system_rows  # noqa: E402
 from experiments.stats import describe_difference, paired_difference  # noqa: E402
 from modules.errors import HyperProveError  # noqa: E402
-from pipeline.files import read_json  # noqa: E402
 from pipeline.program import answer_before_choice  # noqa: E402
 
 
@@ -57,12 +56,9 @@ def compare(first: str, second: str, metrics: list[str]) -> list[str]:
     return lines
 
 
-def without_choices(side: str) -> tuple[list[dict], int]:
-    """The rows of RESULTS:SYSTEM with each final answer the chooser replaced put back and scored
-    again against the gold answer and its aliases; and how many were put back."""
-    rows = side_rows(side)
-    folder, _ = side_folder(side)
-    golds = {q.id: [q.answer, *q.answer_aliases] for q in run_questions(read_json(folder / "results.json", "results"))}
+def without_choices(rows: list[dict], golds: dict[str, list[str]], source: str = "the run") -> tuple[list[dict], int]:
+    """The rows with each final answer the chooser replaced put back and scored again against the
+    gold answer and its aliases (`gold_answers` of `source`); and how many were put back."""
     undone, replaced = [], 0
     for row in rows:
         first = next((answer for answer in map(answer_before_choice, row.get("fallbacks", [])) if answer is not None), None)
@@ -70,7 +66,7 @@ def without_choices(side: str) -> tuple[list[dict], int]:
             undone.append(row)
             continue
         if row["id"] not in golds:
-            raise HyperProveError(f"{folder}/results.json: its questions file does not hold question {row['id']!r}")
+            raise HyperProveError(f"{source}: its questions file does not hold question {row['id']!r}")
         replaced += 1
         undone.append({**row, "answer": first, "em": float(exact_match(first, golds[row["id"]])), "f1": float(f1_score(first, golds[row["id"]]))})
     return undone, replaced
@@ -78,7 +74,8 @@ def without_choices(side: str) -> tuple[list[dict], int]:
 
 def choices(side: str, metrics: list[str]) -> list[str]:
     """What the choices did to a side: with them minus without, per metric."""
-    rows, (undone, replaced) = side_rows(side), without_choices(side)
+    rows, (folder, _) = side_rows(side), side_folder(side)
+    undone, replaced = without_choices(rows, gold_answers(folder), f"{folder}/results.json")
     answers = "answer" if replaced == 1 else "answers"
     return [f"{side}: {replaced} final {answers} chosen between the question's options; with the choices minus without: "
             + describe_difference(paired_difference(rows, undone, metric)) for metric in metrics]

@@ -236,6 +236,12 @@ def run_questions(run: dict) -> list:
     return questions_in(str(ROOT / run["questions"])) if run.get("questions") else []
 
 
+def gold_answers(results_dir: Path) -> dict[str, list[str]]:
+    """Question id -> the gold answer and its aliases, for the questions a results folder's run
+    names (how `evaluate` scored them), to score other answers to the same questions."""
+    return {q.id: [q.answer, *q.answer_aliases] for q in run_questions(read_json(results_dir / "results.json", "results"))}
+
+
 @functools.lru_cache(maxsize=None)
 def questions_in(path: str) -> list:
     """A questions file, read once however many tables and verdicts of the report use it."""

@@ -20,10 +20,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from experiments.metrics import f1_score  # noqa: E402
-from experiments.report import run_questions, system_rows  # noqa: E402
+from experiments.report import gold_answers, system_rows  # noqa: E402
 from experiments.stats import describe_difference, paired_difference  # noqa: E402
 from modules.references import references  # noqa: E402
-from pipeline.files import read_json  # noqa: E402
 
 RULES = {
     "chain": lambda chain: len(chain) == 1 or bool(references(chain[-1]["sub_question"])),
@@ -49,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     for run in args.runs:
         folder = ROOT / "experiments" / "results" / run
         rows = system_rows({"results_dir": str(folder)}, "hyperprove")
-        golds = {q.id: [q.answer, *q.answer_aliases] for q in run_questions(read_json(folder / "results.json", "results"))}
+        golds = gold_answers(folder)
         for name, applies in RULES.items():
             covered = sum(bool(row["chain"]) and applies(row["chain"]) for row in rows)
             difference = paired_difference(rule_rows(rows, golds, applies), rows, "f1")

@@ -245,7 +245,10 @@ def test_compare_choices_puts_back_the_answers_the_chooser_replaced(tmp_path):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "predictions.json").write_text(json.dumps({"dense": rows}))
     (tmp_path / "run" / "results.json").write_text(json.dumps({"questions": str(tmp_path / "questions.json")}))
-    undone, replaced = without_choices(f"{tmp_path / 'run'}:dense")
+    from experiments.compare import side_rows
+    from experiments.report import gold_answers
+
+    undone, replaced = without_choices(side_rows(f"{tmp_path / 'run'}:dense"), gold_answers(tmp_path / "run"))
     assert replaced == 2 and [(row["answer"], row["em"], row["f1"]) for row in undone] == [("Ann Hui", 0.0, 0.0), ("wind", 1.0, 1.0), ("1975", 1.0, 1.0)]
     # per question +100, -100, 0: mean 0
     assert choices(f"{tmp_path / 'run'}:dense", ["em"])[0].startswith(
