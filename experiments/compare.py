@@ -4,10 +4,14 @@ its paired bootstrap 95% interval (`experiments/stats.py`), for runs the report 
     python experiments/compare.py hotpotqa-train-chosen:hyperprove hotpotqa-retrieval-train:ppr --metrics recall@5 recall@2
     python experiments/compare.py --choices hotpotqa-train-choose:hyperprove hotpotqa-train-choose:hyperprove-passages
 
+    python experiments/compare.py musique-lm60:hyperprove musique-lm60:dense --metrics f1 em --first 20
+
 Each side is RESULTS:SYSTEM: a results folder (a name under experiments/results/, or a path)
-and a system in its predictions.json. The first side minus the second. With `--choices`, each
-side against itself with the final answers that `choose_options` replaced put back: the same
-run without the choices, since the choice is the last step of a question.
+and a system in its predictions.json. The first side minus the second, then each side's mean.
+With `--choices`, each side against itself with the final answers that `choose_options`
+replaced put back: the same run without the choices, since the choice is the last step of a
+question. `--first N` keeps the first N questions of the first side's questions file (the
+questions `evaluate --limit N` would answer), to pair a subset of two larger runs.
 """
 
 from __future__ import annotations
@@ -21,9 +25,10 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from experiments.metrics import exact_match, f1_score  # noqa: E402
-from experiments.report import gold_answers, system_rows  # noqa: E402
+from experiments.report import gold_answers, run_questions, system_rows  # noqa: E402
 from experiments.stats import describe_difference, paired_difference  # noqa: E402
 from modules.errors import HyperProveError  # noqa: E402
+from pipeline.files import read_json  # noqa: E402
 from pipeline.program import answer_before_choice  # noqa: E402
 
 
@@ -44,15 +49,29 @@ def side_rows(side: str) -> list[dict]:
     return rows
 
 
-def compare(first: str, second: str, metrics: list[str]) -> list[str]:
+def first_questions(side: str, n: int) -> set[str]:
+    """The ids of the first `n` questions of the file a side's run answered, in the file's order."""
+    folder, _ = side_folder(side)
+    ids = [question.id for question in run_questions(read_json(folder / "results.json", "results"))][:n]
+    if len(ids) < n:
+        raise HyperProveError(f"{folder}/results.json: its questions file is not here or holds fewer than {n} questions")
+    return set(ids)
+
+
+def compare(first: str, second: str, metrics: list[str], first_n: int | None = None) -> list[str]:
     rows, others = side_rows(first), side_rows(second)
-    if [row["id"] for row in rows] != [row["id"] for row in others]:
+    if first_n is not None:
+        kept = first_questions(first, first_n)
+        rows, others = [row for row in rows if row["id"] in kept], [row for row in others if row["id"] in kept]
+    if not rows or [row["id"] for row in rows] != [row["id"] for row in others]:
         raise HyperProveError(f"{first} and {second} did not answer the same questions; a paired difference needs the same ones")
     lines = []
     for metric in metrics:
         if metric not in rows[0] or metric not in others[0]:
             raise HyperProveError(f"{metric!r} is not scored in both {first} and {second}")
-        lines.append(f"{first} minus {second}: {describe_difference(paired_difference(rows, others, metric))}")
+        means = [100 * sum(row[metric] for row in side) / len(side) for side in (rows, others)]
+        lines.append(f"{first} minus {second}: {describe_difference(paired_difference(rows, others, metric))}; "
+                     "{:.2f} against {:.2f} on {} questions".format(*means, len(rows)))
     return lines
 
 
@@ -86,11 +105,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("sides", nargs="+", help="RESULTS:SYSTEM RESULTS:SYSTEM (two), or with --choices any number")
     parser.add_argument("--metrics", nargs="+", default=["f1"], help="per-question scores: f1, em, recall@2, recall@5")
     parser.add_argument("--choices", action="store_true", help="each side with and without the final answers choose_options replaced")
+    parser.add_argument("--first", type=int, metavar="N", help="only the first N questions of the first side's questions file")
     args = parser.parse_args(argv)
     if not args.choices and len(args.sides) != 2:
         parser.error("give two sides to compare (or --choices)")
+    if args.first is not None and (args.choices or args.first < 1):
+        parser.error("--first takes a whole number from 1, and goes with two sides, not --choices")
     try:
-        lines = [line for side in args.sides for line in choices(side, args.metrics)] if args.choices else compare(*args.sides, args.metrics)
+        lines = [line for side in args.sides for line in choices(side, args.metrics)] if args.choices else compare(*args.sides, args.metrics, args.first)
         print("\n".join(lines))
     except HyperProveError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -25,7 +25,7 @@ def paired_difference(rows: Sequence[dict], baseline: Sequence[dict], metric: st
     return {
         "metric": metric,
         "mean": round(float(differences.mean()), 2),
-        "interval95": [round(float(low), 2), round(float(high), 2)],
+        "interval95": [round(float(low), 2) + 0.0, round(float(high), 2) + 0.0],  # + 0.0: no "-0.00" for a bound at zero
         "up": int((differences > 0).sum()), "down": int((differences < 0).sum()), "same": int((differences == 0).sum()),
         "verdict": "better" if low > 0 else "worse" if high < 0 else "within noise",
     }

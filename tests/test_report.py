@@ -220,7 +220,16 @@ def test_compare_pairs_systems_of_two_results_folders(tmp_path):
         (tmp_path / name / "predictions.json").write_text(json.dumps({system: rows[::-1] if name == "b" else rows}))
     # as in the verdict test: +100 on nine questions, 0 on one -> mean +90, interval +70 to +100
     assert compare(f"{tmp_path / 'a'}:hyperprove", f"{tmp_path / 'b'}:ppr", ["recall@5"]) == [
-        f"{tmp_path / 'a'}:hyperprove minus {tmp_path / 'b'}:ppr: recall@5 +90.00 (95% interval +70.00 to +100.00; 9 up, 0 down, 1 same): better"]
+        f"{tmp_path / 'a'}:hyperprove minus {tmp_path / 'b'}:ppr: recall@5 +90.00 (95% interval +70.00 to +100.00; 9 up, 0 down, 1 same): better; "
+        "95.00 against 5.00 on 10 questions"]
+    # --first 2: the questions file lists q9 first, then q0; on those two +0 and +100 -> mean +50, both ends reachable
+    (tmp_path / "questions.json").write_text(json.dumps([{"id": f"q{k}", "question": "?", "answer": "x"} for k in (9, 0, 1)]))
+    (tmp_path / "a" / "results.json").write_text(json.dumps({"questions": str(tmp_path / "questions.json")}))
+    assert compare(f"{tmp_path / 'a'}:hyperprove", f"{tmp_path / 'b'}:ppr", ["recall@5"], first_n=2) == [
+        f"{tmp_path / 'a'}:hyperprove minus {tmp_path / 'b'}:ppr: recall@5 +50.00 (95% interval +0.00 to +100.00; 1 up, 0 down, 1 same): "
+        "within noise; 75.00 against 25.00 on 2 questions"]
+    with pytest.raises(HyperProveError, match="fewer than 4 questions"):
+        compare(f"{tmp_path / 'a'}:hyperprove", f"{tmp_path / 'b'}:ppr", ["recall@5"], first_n=4)
     with pytest.raises(HyperProveError, match="'f1' is not scored"):
         compare(f"{tmp_path / 'a'}:hyperprove", f"{tmp_path / 'b'}:ppr", ["f1"])
     with pytest.raises(HyperProveError, match="no system 'dense'"):
