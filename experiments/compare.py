@@ -25,10 +25,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from experiments.metrics import exact_match, f1_score  # noqa: E402
-from experiments.report import gold_answers, run_questions, system_rows  # noqa: E402
+from experiments.report import folder_questions, gold_answers, system_rows  # noqa: E402
 from experiments.stats import describe_difference, paired_difference  # noqa: E402
 from modules.errors import HyperProveError  # noqa: E402
-from pipeline.files import read_json  # noqa: E402
 from pipeline.program import answer_before_choice  # noqa: E402
 
 
@@ -52,7 +51,7 @@ def side_rows(side: str) -> list[dict]:
 def first_questions(side: str, n: int) -> set[str]:
     """The ids of the first `n` questions of the file a side's run answered, in the file's order."""
     folder, _ = side_folder(side)
-    ids = [question.id for question in run_questions(read_json(folder / "results.json", "results"))][:n]
+    ids = [question.id for question in folder_questions(folder)][:n]
     if len(ids) < n:
         raise HyperProveError(f"{folder}/results.json: its questions file is not here or holds fewer than {n} questions")
     return set(ids)

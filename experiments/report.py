@@ -236,10 +236,15 @@ def run_questions(run: dict) -> list:
     return questions_in(str(ROOT / run["questions"])) if run.get("questions") else []
 
 
+def folder_questions(results_dir: Path) -> list:
+    """The questions of a results folder's run, in its questions file's order ([] when it is not here)."""
+    return run_questions(read_json(results_dir / "results.json", "results"))
+
+
 def gold_answers(results_dir: Path) -> dict[str, list[str]]:
     """Question id -> the gold answer and its aliases, for the questions a results folder's run
     names (how `evaluate` scored them), to score other answers to the same questions."""
-    return {q.id: [q.answer, *q.answer_aliases] for q in run_questions(read_json(results_dir / "results.json", "results"))}
+    return {q.id: [q.answer, *q.answer_aliases] for q in folder_questions(results_dir)}
 
 
 @functools.lru_cache(maxsize=None)
