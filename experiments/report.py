@@ -317,6 +317,34 @@ def compiled_program(run: dict, runs: Sequence[dict] = ()) -> list[str]:
             f"commit {str(made.get('git_commit', '?'))[:10]}){grades}.", "", *lines]
 
 
+# --- every system through the same reader -------------------------------------------------------------
+SAME_READER = ("musique-lm60", "2wiki-lm60", "hotpotqa-lm60")  # each reads every system's top 5 with the program's final reader
+
+
+def render_same_reader(runs: Sequence[dict]) -> list[str]:
+    """One table of EM / F1 / Recall@5 for every system of the `SAME_READER` runs, where each
+    peer's top 5 passages go to the program's own final reader, and each run's verdicts on F1 and
+    Recall@5 against its best peer (`verdict`): the answer-level comparison on one screen."""
+    chosen = [run for name in SAME_READER for run in runs if run.get("name") == name]
+    if not chosen:
+        return []
+    systems = list(dict.fromkeys(name for run in chosen for name in run["systems"]))
+    cell = lambda summary: " / ".join(f"{summary[key]:.2f}" if summary.get(key) is not None else "–"  # noqa: E731
+                                      for key in ("em", "f1", "recall@5"))
+    lines = ["## Every system through the same reader", "",
+             "The first 60 dev questions of each set: the program answers by itself; every other system (and `hyperprove-passages`, "
+             "the program's own top 5) hands its top 5 passages to the program's final reader. EM / F1 / R@5 (%); each run's own "
+             "section below has R@2, costs, the paired table and the failures.", "",
+             "| system | " + " | ".join(f"{run['name']} ({run.get('n_questions', '?')})" for run in chosen) + " |",
+             "|---|" + "---:|" * len(chosen)]
+    lines += [f"| {name} | " + " | ".join(cell(run["systems"][name]) if name in run["systems"] else "–" for run in chosen) + " |"
+              for name in systems]
+    lines.append("")
+    for run in chosen:
+        lines += [f"- {run['name']}: {line}" for line in verdict(run) if line.startswith(("F1: hyperprove ", "Recall@5: "))]
+    return lines + [""]
+
+
 # --- the program's answer path, chosen on train ------------------------------------------------------
 def is_choice(run: dict) -> bool:
     """A train run that measures program options (`<dataset>-train-<variant>`)."""
@@ -393,6 +421,7 @@ def render(runs: list[dict], sweeps: Sequence[tuple[dict, list[str]]] = (), repo
         "Systems: " + "; ".join(f"`{name}`: {text}" for name, text in SYSTEMS.items()) + ".",
         "",
     ]
+    lines += render_same_reader(runs)
     for run in [run for run in runs if not is_choice(run)]:
         name = run.get("name", "?")
         lines += [f"## {name}", ""]

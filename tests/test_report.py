@@ -2,7 +2,7 @@
 
 import json
 
-from experiments.report import load_runs, main, paired_table, verdict
+from experiments.report import load_runs, main, paired_table, render_same_reader, verdict
 
 
 def test_verdict_compares_hyperprove_with_the_best_peer():
@@ -57,7 +57,33 @@ def test_report_orders_runs_and_renders_each(tmp_path):
     assert report.index("## musique-retrieval") < report.index("## hotpotqa-retrieval") < report.index("## musique-lm60")
     assert "command: `hyperprove evaluate --config experiments/configs/musique-lm60.json`; 60 questions; commit 0123456789; MLflow run `abc`." in report
     assert "| hyperprove | 60 | 45.00 | 55.00 |\n" in report  # no column that no system has
-    assert report.count("Recall@5: hyperprove 55.00 against the best peer, dense 50.00: +5.00 (+10.0% relative).") == 3
+    # once in each run's section, and once more in the same-reader summary, which holds musique-lm60 only
+    assert report.count("Recall@5: hyperprove 55.00 against the best peer, dense 50.00: +5.00 (+10.0% relative).") == 4
+    assert report.index("## Every system through the same reader") < report.index("## musique-retrieval")
+    assert "- musique-lm60: Recall@5: hyperprove 55.00 against the best peer, dense 50.00: +5.00 (+10.0% relative).\n" in report
+
+
+def test_the_same_reader_runs_make_one_table_of_every_system():
+    def run(name, systems):
+        return {"name": name, "n_questions": 60, "systems": systems}
+
+    runs = [
+        run("hotpotqa-lm60", {"hyperprove": {"em": 35.0, "f1": 39.78, "recall@5": 85.0}, "ppr": {"em": 23.33, "f1": 27.5, "recall@5": 89.17}}),
+        run("musique-retrieval", {"dense": {"recall@5": 57.78}}),  # no reader: not a same-reader run
+        run("musique-lm60", {"hyperprove": {"em": 6.67, "f1": 13.31, "recall@5": 63.06}, "dense": {"em": 6.67, "f1": 9.17, "recall@5": 57.78}}),
+    ]
+    lines = render_same_reader(runs)
+    # the runs in dataset order, every system of any run a row, "–" where a run lacks the system
+    assert lines[4:9] == ["| system | musique-lm60 (60) | hotpotqa-lm60 (60) |", "|---|---:|---:|",
+                          "| hyperprove | 6.67 / 13.31 / 63.06 | 35.00 / 39.78 / 85.00 |",
+                          "| dense | 6.67 / 9.17 / 57.78 | – |",
+                          "| ppr | – | 23.33 / 27.50 / 89.17 |"]
+    # each run's F1 and Recall@5 verdicts (no predictions here, so no interval): 13.31 - 9.17 = 4.14, 4.14 / 9.17 = 45.1%
+    assert lines[10:] == ["- musique-lm60: Recall@5: hyperprove 63.06 against the best peer, dense 57.78: +5.28 (+9.1% relative).",
+                          "- musique-lm60: F1: hyperprove 13.31 against the best peer, dense 9.17: +4.14 (+45.1% relative).",
+                          "- hotpotqa-lm60: Recall@5: hyperprove 85.00 against the best peer, ppr 89.17: -4.17 (-4.7% relative).",
+                          "- hotpotqa-lm60: F1: hyperprove 39.78 against the best peer, ppr 27.50: +12.28 (+44.7% relative).", ""]
+    assert render_same_reader(runs[1:2]) == []
 
 
 def test_a_sweep_is_rendered_with_its_held_out_check(tmp_path):
