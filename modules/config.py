@@ -71,6 +71,10 @@ class RetrieverConfig:
     subgraph_bound: int = 600  # step 7: facts in the local subgraph G*_t
     walk_steps: int = 2  # step 7: random-walk steps that rank facts for G*_t
     push_epsilon: float = 1e-5  # step 7: smallest per-fact mass an entity or passage spreads
+    entity_weight: float = 0.1  # step 9, added: score bonus of a fact naming an entity the query names (chosen on 2Wiki train)
+
+    # What a recorded config without these fields ran with (records made before they existed).
+    RECORDED_WITHOUT = {"entity_weight": 0.0}
 
     def __post_init__(self) -> None:
         check_types(self, "retriever")
@@ -88,6 +92,7 @@ class RetrieverConfig:
             "subgraph_bound": self.subgraph_bound >= 1,
             "walk_steps": self.walk_steps >= 0,
             "push_epsilon": self.push_epsilon >= 0.0,
+            "entity_weight": 0.0 <= self.entity_weight <= 1.0,
         }
         return [name for name, ok in within.items() if not ok]
 
@@ -124,4 +129,5 @@ TUNABLES = {
     "top_k": Tunable("K", "--top-k", "K, facts per hop (step 9)"),
     "n_seeds": Tunable("seeds", "--seeds", "dense seed facts per hop (step 6)"),
     "subgraph_bound": Tunable("bound", "--subgraph-bound", "facts in the local subgraph (step 7)"),
+    "entity_weight": Tunable("beta", "--entity-weight", "score bonus of facts naming an entity the query names (step 9)"),
 }

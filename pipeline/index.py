@@ -30,7 +30,7 @@ from modules.hypergraph import Hypergraph, binary_csr, expand_synonyms
 from modules.retriever import FactTable, HypergraphRetriever, RetrieverConfig
 from modules.vectors import VectorIndex
 from pipeline.config import IndexConfig
-from pipeline.extract import Extractor, make_extractor, subject_name
+from pipeline.extract import Extractor, find_entities, make_extractor, subject_name
 from pipeline.files import (
     atomic_directory, atomic_save_npy, atomic_write_json, atomic_write_jsonl, check_replaceable, clear_scratch, read_json, read_npy, recover,
     sha256_files,
@@ -151,7 +151,13 @@ class HypergraphIndex:
             passages=self.passages,
             vectors=self.fact_vectors,
             index=self.fact_index,
+            entity_facts=self.entity_facts,
         )
+
+    @cached_property
+    def entity_facts(self) -> sp.csr_matrix:
+        """A_i by entity: the facts that name each entity (synonyms not added)."""
+        return self.fact_entities.T.tocsr()
 
     @classmethod
     def from_parts(cls, passages: list[Passage], fact_text: list[str], fact_passage, fact_entities: sp.csr_matrix,
@@ -173,7 +179,31 @@ class HypergraphIndex:
         return self.info.get("generations", [{}])[-1].get("generation", 0)
 
     def retriever(self, config: RetrieverConfig, encode: Callable[[str], np.ndarray]) -> HypergraphRetriever:
-        return HypergraphRetriever(self.hypergraph, self.fact_table, encode, config)
+        return HypergraphRetriever(self.hypergraph, self.fact_table, encode, config, name_entities=self.name_entities)
+
+    @cached_property
+    def entity_ids(self) -> dict[str, int]:
+        """Normalised entity name -> entity id."""
+        return {key: k for k, key in enumerate(self.entity_keys)}
+
+    def name_entities(self, text: str) -> list[int]:
+        """The entities of this index that a text names: the spans the `sentences` extractor's
+        rules find (capitalised runs, dates, numbers), each matched by normalised name, longest
+        first, word by word from the left, so that "Was the Steven Spielberg of Jaws" (one run in
+        a question) names "Steven Spielberg" and "Jaws". A part starts with a capital or a digit."""
+        named = []
+        for span in find_entities(text, ""):
+            words, start = span.split(), 0
+            while start < len(words):
+                ends = range(len(words), start, -1) if words[start][:1].isupper() or words[start][:1].isdigit() else ()
+                match = next(((end, self.entity_ids[key]) for end in ends
+                              if (key := normalise_entity(" ".join(words[start:end]))) and key in self.entity_ids), None)
+                if match:
+                    start = match[0]
+                    named.append(match[1])
+                else:
+                    start += 1
+        return named
 
     def counts(self) -> dict:
         return {
@@ -331,7 +361,7 @@ def grow_index(index: HypergraphIndex, added: list[Passage], config: IndexConfig
     passages = index.passages + list(added)
     facts = [fact for per_passage in extractor.extract(added, first_id=len(index.passages), progress=progress) for fact in per_passage]
     names = list(index.entity_names)
-    key_to_id = {key: k for k, key in enumerate(index.entity_keys)}
+    key_to_id = dict(index.entity_ids)  # a copy: the new names join it
     incidence, order, surfaces = entity_incidence(facts, key_to_id, names, first_row=len(index.fact_text))
     fact_entities = sp.vstack([widened(index.fact_entities, (index.fact_entities.shape[0], len(names))), incidence]).tocsr()
     fresh = embed_new(facts, names[len(index.entity_names):], added, passages, embedder, progress)

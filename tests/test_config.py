@@ -56,7 +56,7 @@ def test_every_shipped_experiment_config_loads_and_names_its_own_results_folder(
         assert config.evaluation.decomposition == ("lm" if "lm60" in stem or "-train-" in stem else "gold")
         assert config.program.compiled is None or config.program.compiled in compiled
         kinds.append("evaluate")
-    assert sorted(kinds) == ["compile"] * 5 + ["evaluate"] * 31 + ["sweep"] * 4
+    assert sorted(kinds) == ["compile"] * 5 + ["evaluate"] * 34 + ["sweep"] * 4
 
 
 def test_a_comma_list_of_retrievers_from_the_command_line():
@@ -75,3 +75,10 @@ def test_a_record_without_the_program_options_reruns_the_program_it_ran():
     program = HyperProveConfig.from_record(newer).program
     assert (program.reader_evidence, program.question_channel, program.grounded_hops) == ("passages", True, False)
     assert HyperProveConfig.from_dict({}).program == ProgramConfig()
+
+
+def test_a_record_without_the_entity_weight_reruns_the_retriever_without_it():
+    old = {"retriever": {"alpha": 0.9, "theta": 0.05, "depth": 2, "top_k": 3}}
+    assert HyperProveConfig.from_record(old).retriever.entity_weight == 0.0
+    assert HyperProveConfig.from_record({"retriever": {"entity_weight": 0.3}}).retriever.entity_weight == 0.3
+    assert HyperProveConfig.from_dict(old).retriever.entity_weight == 0.1  # a config file: today's default

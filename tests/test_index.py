@@ -10,6 +10,7 @@ from modules.errors import HyperProveError
 from modules.facts import Passage
 from pipeline import index as index_module
 from pipeline.config import IndexConfig
+from modules.retriever import RetrieverConfig
 from pipeline.index import build_index, load_index, normalise_entity, save_index, synonym_matrix
 
 CORPUS = [
@@ -62,6 +63,17 @@ def test_build_links_facts_through_shared_entities(built):
     assert holders == [0, 1, 1]  # the Jaws fact and both Spielberg sentences ("His mother" resolved)
     assert built.counts() == {"passages": 3, "facts": 6, "entities": len(names), "synonym_pairs": 0, "incidences": built.fact_entities.nnz}
     assert "Steven Spielberg's mother was Leah Adler." in built.fact_text
+
+
+def test_a_query_names_the_index_entities_it_mentions(built):
+    # by the extractor's rules and normalised names: "the Steven Spielberg" is the entity
+    # "Steven Spielberg", "Leah Adler's" is "Leah Adler"; "Paris" is no entity of this corpus
+    ids = {name: k for k, name in enumerate(built.entity_names)}
+    named = built.name_entities("Was the Steven Spielberg of Jaws born before Leah Adler's death in Paris?")
+    assert sorted(named) == sorted([ids["Steven Spielberg"], ids["Jaws"], ids["Leah Adler"]])
+    assert built.name_entities("who directed it?") == []
+    retriever = built.retriever(RetrieverConfig(), lambda text: np.ones(built.fact_vectors.shape[1], dtype=np.float32))
+    assert retriever.named_entities("When did Leah Adler die?").tolist() == [ids["Leah Adler"]]
 
 
 def test_round_trip_is_exact(built, tmp_path):

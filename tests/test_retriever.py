@@ -29,6 +29,24 @@ def test_first_hop_scores_by_hand(make_retriever):
     assert hop.trace["subgraph_size"] == 4 and hop.trace["dense_seeds"] == [0]
 
 
+def test_facts_naming_an_entity_the_query_names_get_the_entity_weight(make_retriever):
+    # The first hop above (0.95, 0.75, 0.55, 0.35 for facts 0, 2, 1, 3); q1 names entity b, which
+    # facts 1 and 3 name: beta 0.25 lifts them to 0.80 and 0.60, past fact 2 (0.75) for fact 1.
+    names_b = {"q1": [1]}.get
+    hop = make_retriever(names_b, alpha=0.5, theta=0.25, depth=2, top_k=2, entity_weight=0.25)("q1")
+    assert hop.ranked_ids.tolist() == [0, 1, 2, 3]
+    assert [f.score for f in hop.facts] == pytest.approx([0.95, 0.80])
+    assert hop.frontier == [0, 1] and hop.trace["named_entities"] == [1]
+    # beta 0.5: 1.05 and 0.85 put both above fact 0 (0.95)
+    assert make_retriever(names_b, alpha=0.5, theta=0.25, depth=2, top_k=2, entity_weight=0.5)("q1").ranked_ids.tolist() == [1, 0, 3, 2]
+    # beta 0, or no entity named, or no namer: the paper's score
+    for retriever in (make_retriever(names_b, alpha=0.5, theta=0.25, entity_weight=0.0),
+                      make_retriever(lambda query: [], alpha=0.5, theta=0.25, entity_weight=0.25),
+                      make_retriever(None, alpha=0.5, theta=0.25, entity_weight=0.25)):
+        hop = retriever("q1")
+        assert hop.ranked_ids.tolist() == [0, 2, 1, 3] and hop.trace["named_entities"] == []
+
+
 def test_alpha_one_ranks_by_cosine_only(make_retriever):
     hop = make_retriever(alpha=1.0, theta=0.25, depth=2, top_k=4)("q1")
     assert hop.ranked_ids.tolist() == [0, 2, 3, 1]
