@@ -68,7 +68,7 @@ class HypergraphRetriever(dspy.Module):
         facts: FactTable,
         encode: Callable[[str], np.ndarray],
         config: RetrieverConfig | None = None,
-        name_entities: Callable[[str], np.ndarray] | None = None,
+        name_entities: Callable[[str], Sequence[int]] | None = None,
     ):
         """`name_entities(query)` gives the ids of the entities a query names (None: no query names any)."""
         super().__init__()
