@@ -280,12 +280,55 @@ def named_spans(text: str) -> list[str]:
     return [" ".join(run).replace(" ,", ",") for run in spans]
 
 
-def supported_span(query: str, facts: Sequence[ScoredFact]) -> str | None:
-    """The first named span of the facts, in their order, that the query does not already name:
-    the answer a hop's evidence best supports when the reader's answer is not in it."""
+_MONTH = r"(?:January|February|March|April|May|June|July|August|September|October|November|December)"
+DATE = re.compile(rf"\b(?:\d{{1,2}} )?{_MONTH}(?: \d{{1,2}})?,? \d{{3,4}}\b|\b{_MONTH} \d{{1,2}}\b|(?<![\w,.])\d{{3,4}}(?![\w]|[,.]\d)")
+NUMBER = re.compile(r"(?<![\w,.])\d+(?:[.,]\d+)*(?!\w|[.,]\d)")
+_ASKS_DATE = re.compile(r"^\W*when\b|\b(?:what|which) (?:year|date|day|month|century)\b|\b(?:date|year) of\b", re.IGNORECASE)
+_EDGES = _JOINERS | {","}  # what a cut span must not begin or end with
+_ASKS_NUMBER = re.compile(r"\bhow (?:many|much|long|old|tall|far|big|large|high)\b|\b(?:age|population)\b", re.IGNORECASE)
+
+
+def answer_kind(query: str, answer: str = "") -> str:
+    """What a hop asks for: "date" (its query asks when or what year, or the reader answered a
+    date), "number" (how many, how old, ...; or a number answered), else "name"."""
+    answer = answer.strip()
+    if _ASKS_DATE.search(query) or DATE.fullmatch(answer):
+        return "date"
+    if _ASKS_NUMBER.search(query) or NUMBER.match(answer):
+        return "number"
+    return "name"
+
+
+def _name_part(span: str) -> str:
+    """A named span with its dates cut out, no joiner or comma left at either end; "" when no
+    letter is left ("12,000")."""
+    words = re.sub(r",(?:\s*,)+", ",", DATE.sub(",", span)).replace(",", " , ").split()
+    while words and words[0].lower() in _EDGES:
+        words = words[1:]
+    while words and words[-1].lower() in _EDGES:
+        words = words[:-1]
+    name = " ".join(words).replace(" ,", ",")
+    return name if re.search(r"[^\W\d_]", name) else ""
+
+
+def _spans(text: str, kind: str) -> list[str]:
+    if kind == "date":
+        return [match.group() for match in DATE.finditer(text)]
+    if kind == "number":
+        return [match.group() for match in NUMBER.finditer(DATE.sub(" ", text))]
+    return [_name_part(span) for span in named_spans(text)]
+
+
+def supported_span(query: str, facts: Sequence[ScoredFact], answer: str = "") -> str | None:
+    """The first span of the facts, in their order, of the kind the hop asks for
+    (`answer_kind`), that the query does not already name: the answer a hop's evidence best
+    supports when the reader's `answer` is not in it. A "When did #1 die?" never gets a city
+    back, and a "Who ...?" never a year ("Marie Méliès 8 December 1861" -> "Marie Méliès").
+    None when the facts hold no span of that kind."""
     asked = lower_words(query)
+    kind = answer_kind(query, answer)
     for fact in facts:
-        for span in named_spans(fact.text):
+        for span in _spans(fact.text, kind):
             if named_words(span) - asked:
                 return span
     return None
@@ -495,8 +538,9 @@ class HopAnswerer(dspy.Module):
 
     With `grounded`, an answer that the cited facts (all evidence facts when none is cited) do
     not contain is asked for once more past the cache; if that one is not contained either, the
-    answer becomes the first named span of those facts that the query does not name. One
-    invented bridge would otherwise send every later hop after the wrong entity. With
+    answer becomes the first span of those facts, of the kind the hop asks for (a date or a
+    name), that the query does not name; with no such span the answer stays. One invented
+    bridge would otherwise send every later hop after the wrong entity. With
     `grounded_in="evidence"`, an answer that another of the hop's facts contains is kept, and
     its support becomes those facts: a small model often cites the wrong number for a right answer.
     """
@@ -520,7 +564,7 @@ class HopAnswerer(dspy.Module):
             holding = [fact for fact in facts if contained(answer, [f"{fact.title} {fact.text}"])]
             if grounded_in == "evidence" and holding:
                 return dspy.Prediction(answer=answer, supporting=[fact.id for fact in holding], replaced=None)
-        span = supported_span(question, cited)
+        span = supported_span(question, cited, answer)
         return dspy.Prediction(answer=span or answer, supporting=[fact.id for fact in supporting], replaced=answer if span else None)
 
 

@@ -7,7 +7,7 @@ from dspy.utils import DummyLM
 from modules.facts import ScoredFact
 from modules.references import fill_references
 from modules.steps import (AnswerGenerator, BridgeRewriter, Decomposer, EntityExtractor, FactExtractor, HopAnswerer, MalformedOutput, contained,
-                           entity_problems, mentioned, named_spans, named_words, supported_span)
+                           answer_kind, entity_problems, mentioned, named_spans, named_words, supported_span)
 
 
 def scripted(*answers):
@@ -109,9 +109,22 @@ def test_named_spans_and_the_span_a_hop_answer_falls_back_to():
     assert named_spans("Leah Adler died on February 21, 2017, in Los Angeles.") == ["Leah Adler", "February 21, 2017", "Los Angeles"]
     assert named_spans("He was Prince Arthur, Duke of Connaught and Strathearn.") == ["He", "Prince Arthur, Duke of Connaught and Strathearn"]
     evidence = facts("Jaws is a 1975 film.", "Jaws was directed by Steven Spielberg.")
-    assert supported_span("Who directed Jaws?", evidence) == "1975"  # the first fact's first span the query does not name
-    assert supported_span("Who directed Jaws in 1975?", evidence) == "Steven Spielberg"
-    assert supported_span("Who directed Jaws in 1975?", evidence[:1]) is None
+    # the first span, in the facts' order, of the kind asked for, that the query does not name
+    assert supported_span("Who directed Jaws?", evidence) == "Steven Spielberg"  # a "who" takes no year
+    assert supported_span("When was Jaws released?", evidence) == "1975"
+    assert supported_span("Which year is Jaws from?", evidence) == "1975"
+    assert supported_span("Jaws?", evidence, answer="1976") == "1975"  # a date answered wants a date back
+    assert supported_span("Who directed Jaws?", evidence[:1]) is None  # only a year there: the answer stays
+    assert supported_span("When was Jaws released?", evidence[1:]) is None
+    adler = facts("Leah Adler lived in Los Angeles.", "She died on February 21, 2017, aged 97.")
+    assert supported_span("When did Leah Adler die?", adler) == "February 21, 2017"
+    assert supported_span("How old was Leah Adler when she died?", adler) == "97"  # the numbers of a date are no age
+    assert supported_span("Where did Leah Adler live?", adler) == "Los Angeles"
+    regicide = facts("Thomas Harrison 1555, London 1631 was a regicide.")
+    assert supported_span("Who was a regicide?", regicide) == "Thomas Harrison, London"  # its years cut out
+    assert [answer_kind(q, a) for q, a in [("When did #1 die?", ""), ("Who is #1?", "1975"), ("How many stores?", ""),
+                                            ("What age?", ""), ("Who?", "82 years"), ("Where?", "Apollo 11")]] == \
+        ["date", "date", "number", "number", "number", "name"]
     assert contained("Steven  Spielberg", ["T1 Jaws was directed by Steven Spielberg."])
     assert not contained("George Lucas", ["T1 Jaws was directed by Steven Spielberg."])
     assert contained("Yes", ["anything"])
@@ -128,11 +141,17 @@ def test_grounded_hop_answers_are_asked_again_then_replaced_by_a_span_of_the_cit
         out = HopAnswerer()(question="Who directed Jaws?", facts=evidence, grounded=True)
     assert (out.answer, out.supporting, out.replaced) == ("Steven Spielberg", [10], "Lucas")
     # a right answer with the wrong citation: "cited" replaces it twice over; "evidence" keeps it, resting on the fact that has it
-    dated = facts("Jaws is a 1975 film.", "Jaws was directed by Steven Spielberg.")
+    studio = facts("Jaws is a Universal Pictures film.", "Jaws was directed by Steven Spielberg.")
     miscited = [{"answer": "Steven Spielberg", "supporting": [1]}] * 2
     with scripted(*miscited):
+        out = HopAnswerer()(question="Who directed Jaws?", facts=studio, grounded=True)
+    assert (out.answer, out.replaced) == ("Universal Pictures", "Steven Spielberg")  # the cited fact's first name the query does not name
+    # a cited fact that holds no span of the kind asked (a year for "who") replaces nothing: the answer stays
+    dated = facts("Jaws is a 1975 film.", "Jaws was directed by Steven Spielberg.")
+    lm = DummyLM(miscited)
+    with dspy.context(lm=lm):
         out = HopAnswerer()(question="Who directed Jaws?", facts=dated, grounded=True)
-    assert (out.answer, out.replaced) == ("1975", "Steven Spielberg")  # the first span of the cited fact the query does not name
+    assert (out.answer, out.supporting, out.replaced) == ("Steven Spielberg", [dated[0].id], None) and len(lm.history) == 2
     lm = DummyLM(miscited[:1])
     with dspy.context(lm=lm):
         out = HopAnswerer()(question="Who directed Jaws?", facts=dated, grounded=True, grounded_in="evidence")
