@@ -539,8 +539,8 @@ class HopAnswerer(dspy.Module):
     With `grounded`, an answer that the cited facts (all evidence facts when none is cited) do
     not contain is asked for once more past the cache; if that one is not contained either, the
     answer becomes the first span of those facts, of the kind the hop asks for (a date or a
-    name), that the query does not name; with no such span the answer stays. One invented
-    bridge would otherwise send every later hop after the wrong entity. With
+    name), that the query does not name; with no such span the answer stays (`ungrounded`). One
+    invented bridge would otherwise send every later hop after the wrong entity. With
     `grounded_in="evidence"`, an answer that another of the hop's facts contains is kept, and
     its support becomes those facts: a small model often cites the wrong number for a right answer.
     """
@@ -560,12 +560,13 @@ class HopAnswerer(dspy.Module):
             supporting = [facts[n - 1] for n in dict.fromkeys(output.supporting or []) if 1 <= n <= len(facts)]
             cited = supporting or list(facts)
             if not grounded or contained(answer, [f"{fact.title} {fact.text}" for fact in cited]):
-                return dspy.Prediction(answer=answer, supporting=[fact.id for fact in supporting], replaced=None)
+                return dspy.Prediction(answer=answer, supporting=[fact.id for fact in supporting], replaced=None, ungrounded=False)
             holding = [fact for fact in facts if contained(answer, [f"{fact.title} {fact.text}"])]
             if grounded_in == "evidence" and holding:
-                return dspy.Prediction(answer=answer, supporting=[fact.id for fact in holding], replaced=None)
+                return dspy.Prediction(answer=answer, supporting=[fact.id for fact in holding], replaced=None, ungrounded=False)
         span = supported_span(question, cited, answer)
-        return dspy.Prediction(answer=span or answer, supporting=[fact.id for fact in supporting], replaced=answer if span else None)
+        return dspy.Prediction(answer=span or answer, supporting=[fact.id for fact in supporting], replaced=answer if span else None,
+                               ungrounded=span is None)
 
 
 class AnswerGenerator(dspy.Module):

@@ -40,7 +40,7 @@ from modules.errors import HyperProveError
 from modules.references import fill_references
 from modules.retriever import HypergraphRetriever, interleave_passages
 from modules.steps import (EVIDENCE_PASSAGES, AnswerGenerator, BridgeRewriter, Decomposer, HopAnswerer, MalformedOutput,
-                           evidence_line)
+                           answer_kind, evidence_line)
 from pipeline.config import ProgramConfig
 
 # What a small model gets wrong: unparseable output, the wrong shape, values that fail validation.
@@ -97,6 +97,9 @@ class HyperProve(dspy.Module):
                 answer, supporting = reading.answer, reading.supporting
                 if reading.replaced is not None:
                     fallbacks.append(f"answer {number}: {reading.replaced!r} is not in its facts; their span {answer!r} replaces it")
+                elif reading.ungrounded:
+                    fallbacks.append(f"answer {number}: {answer!r} is not in its facts, and no {answer_kind(query, answer)} "
+                                     "of theirs can replace it; kept")
             except LM_FAILURES as error:
                 answer, supporting = (hop.facts[0].text if hop.facts else query), []
                 fallbacks.append(f"answer {number}: {error}")

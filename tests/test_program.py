@@ -216,6 +216,21 @@ def test_checked_decomposition_and_grounded_hops_show_in_the_fallbacks(retriever
                                         f"answer 1: 'George Lucas' is not in its facts; their span {hop['answer']!r} replaces it"]
 
 
+def test_grounded_hops_keep_an_answer_whose_facts_hold_nothing_of_its_kind(retriever):
+    # hop 1 cites "Jaws is a 1975 thriller film." for a "who": a year is no name, so nothing replaces it;
+    # hop 3 cites "Leah Adler was an American restaurateur." for a "when": no date there either
+    answers = script(**{ask("Who directed Jaws?"): {"answer": "Steven Spielberg", "supporting": [2]},
+                        ask("When did Leah Adler die?"): {"answer": "2017", "supporting": [2]}})
+    lm = DummyLM(answers)
+    with dspy.context(lm=lm):
+        prediction = HyperProve(retriever, ProgramConfig(grounded_hops=True))(QUESTION)
+    prompts = [call["messages"][-1]["content"] for call in lm.history]
+    assert sum(ask("Who directed Jaws?") in prompt for prompt in prompts) == 2  # asked again before it is kept
+    assert [hop["answer"] for hop in prediction.chain] == ["Steven Spielberg", "Leah Adler", "2017"] and prediction.answer == "2017"
+    assert prediction.fallbacks == ["answer 1: 'Steven Spielberg' is not in its facts, and no name of theirs can replace it; kept",
+                                    "answer 3: '2017' is not in its facts, and no date of theirs can replace it; kept"]
+
+
 def test_comparison_demos_reach_the_program_decomposer(retriever):
     assert len(HyperProve(retriever).decompose.decompose.demos) == 4  # on by default
     assert len(HyperProve(retriever, ProgramConfig(comparison_demos=False)).decompose.decompose.demos) == 2

@@ -151,7 +151,8 @@ def test_grounded_hop_answers_are_asked_again_then_replaced_by_a_span_of_the_cit
     lm = DummyLM(miscited)
     with dspy.context(lm=lm):
         out = HopAnswerer()(question="Who directed Jaws?", facts=dated, grounded=True)
-    assert (out.answer, out.supporting, out.replaced) == ("Steven Spielberg", [dated[0].id], None) and len(lm.history) == 2
+    assert (out.answer, out.supporting, out.replaced, out.ungrounded) == ("Steven Spielberg", [dated[0].id], None, True)
+    assert len(lm.history) == 2
     lm = DummyLM(miscited[:1])
     with dspy.context(lm=lm):
         out = HopAnswerer()(question="Who directed Jaws?", facts=dated, grounded=True, grounded_in="evidence")
