@@ -368,6 +368,7 @@ def answer_path(settings: dict, system: str) -> str:
     words += ["hop answers grounded in any of the hop's facts"] if settings.get("grounded_in") == "evidence" else []
     words += ["bridges by rule"] if settings.get("bridge_rewrite") == "rule" else []
     words += ["answers chosen between named options"] if settings.get("choose_options") else []
+    words += ["identity steps folded"] if settings.get("fold_identities") else []
     words += [f"{adapter} adapter"] if (adapter := settings.get("adapter", "chat")) != "chat" else []
     words += [f"compiled `{settings['compiled']}`"] if settings["compiled"] else []
     return "; ".join(words)

@@ -334,6 +334,41 @@ def supported_span(query: str, facts: Sequence[ScoredFact], answer: str = "") ->
     return None
 
 
+_IDENTITY = re.compile(r"^\s*(?:who|what)\s+(?:is|was|are|were)\s+(?P<name>[^#?]+?)\s*\?\s*$", re.IGNORECASE)
+
+
+def identity_name(sub_question: str, question: str) -> str | None:
+    """The name a sub-question only asks to identify ("Who is Max Cavalera?" -> "Max Cavalera"),
+    when the question names it as written; else None. Such a hop answers with the name it was
+    given. A description ("Who is the King of Hollywood?") is a real bridge and no identity."""
+    match = _IDENTITY.match(sub_question)
+    if not match:
+        return None
+    name = match.group("name")
+    words = name.split()
+    proper = words[0][0].isupper() and words[0].lower() not in _FUNCTION_WORDS
+    if not proper or not all(w[0].isupper() or w[0].isdigit() or w.lower() in _JOINERS for w in words):
+        return None
+    return name if name.lower() in question.lower() else None
+
+
+def fold_identities(question: str, sub_questions: Sequence[str]) -> list[str]:
+    """The decomposition without its identity steps (`identity_name`): each "#k" that referred to
+    one becomes the name itself, the other references are renumbered. A decomposition of nothing
+    but identities is left as it is. Each identity step costs a hop answer and, for the step
+    that refers to it, a rewrite, and adds nothing to the chain."""
+    names = {k: identity_name(sub, question) for k, sub in enumerate(sub_questions, start=1)}
+    if all(names.values()) or not any(names.values()):
+        return list(sub_questions)
+    renumbered = {k: n for n, k in enumerate((k for k, name in names.items() if not name), start=1)}
+
+    def refer(match: re.Match) -> str:
+        k = int(match.group(1))
+        return names.get(k) or (f"#{renumbered[k]}" if k in renumbered else match.group())
+
+    return [REFERENCE.sub(refer, sub) for k, sub in enumerate(sub_questions, start=1) if not names[k]]
+
+
 # Words that make "A or B" a choice between two names rather than part of a title ("Dead or Alive").
 _COMPARING = frozenset(
     "first last earlier earliest later latest older oldest younger youngest longer longest shorter shortest taller "

@@ -50,7 +50,7 @@ def build_config(args: argparse.Namespace) -> HyperProveConfig:
                  "grounded_hops": flag("grounded_hops"), "question_channel": flag("question_channel"),
                  "reader_evidence": flag("reader_evidence"), "comparison_demos": flag("comparison_demos"),
                  "bridge_rewrite": flag("bridge_rewrite"), "grounded_in": flag("grounded_in"),
-                 "choose_options": flag("choose_options")},
+                 "choose_options": flag("choose_options"), "fold_identities": flag("fold_identities")},
         evaluation={k: flag(k) for k in EVALUATION_FLAGS} if args.command in ("evaluate", "sweep") else {},
         sweep={k: flag(k) for k in SWEEP_FLAGS} if args.command == "sweep" else {},
         compile={k: flag(k) for k in COMPILE_FLAGS} if args.command == "compile" else {},
@@ -145,7 +145,7 @@ def _add_program_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-hops", type=int, help="most sub-questions per question (default 4)")
     parser.add_argument("--entity-retries", type=int, help="asks again for a decomposition that drops or invents a name of the question (0: no check)")
     parser.add_argument("--grounded-hops", action=argparse.BooleanOptionalAction,
-                        help="a hop answer its facts do not contain is asked again, then replaced by a named span of the facts")
+                        help="a hop answer its facts do not contain is asked again, then replaced by a span of the facts of the kind asked for")
     parser.add_argument("--question-channel", action=argparse.BooleanOptionalAction,
                         help="interleave the ranking for the whole question first with the hops' rankings")
     parser.add_argument("--comparison-demos", action=argparse.BooleanOptionalAction,
@@ -156,6 +156,8 @@ def _add_program_flags(parser: argparse.ArgumentParser) -> None:
                         help="with --grounded-hops, where a hop answer must occur: the facts the hop reader cited, or any of the hop's facts")
     parser.add_argument("--choose-options", action=argparse.BooleanOptionalAction,
                         help="a final answer that is none of the options the question names (\"..., A or B?\") is asked for again as a choice")
+    parser.add_argument("--fold-identities", action=argparse.BooleanOptionalAction,
+                        help="drop sub-questions that only ask who a named thing is (\"Who is X?\"), writing X where later ones refer to them")
     parser.add_argument("--bridge-rewrite", choices=list(BRIDGE_REWRITES),
                         help="how a sub-question's #k become earlier answers: " + "; ".join(f"{k}: {v}" for k, v in BRIDGE_REWRITES.items()))
 

@@ -90,19 +90,20 @@ class ProgramConfig:
     compiled: str | None = None  # compiled program JSON (`hyperprove compile`); None: the built-in demonstrations
     # The answer path; the defaults were chosen on MuSiQue and HotpotQA train (README, "The answer path").
     entity_retries: int = 2  # asks again when a decomposition drops or invents a named word of the question; 0: no check
-    grounded_hops: bool = True  # a hop answer its evidence facts do not contain is asked again, then replaced by a named span of them
+    grounded_hops: bool = True  # a hop answer its evidence facts do not contain is asked again, then replaced by a span of the asked kind
     grounded_in: str = "cited"  # "cited": the facts the hop reader cited; "evidence": any of the hop's facts will do
     question_channel: bool = True  # the ranking for the whole question is interleaved first with the hops' rankings
     reader_evidence: str = "facts"  # one of READER_EVIDENCE
     comparison_demos: bool = True  # Decompose also shows two comparisons and is asked to keep the question's names
     bridge_rewrite: str = "lm"  # one of BRIDGE_REWRITES: how a sub-question's "#k" become the resolved answers (step 5)
     choose_options: bool = True  # a final answer that is none of the options a question names is asked for again as a choice (every reader)
+    fold_identities: bool = False  # sub-questions that only ask who a named thing is ("Who is X?") are dropped, X written where they were referred to
 
     # What a recorded config without these fields ran with (records made before they existed), so
     # that reproducing an old run reruns the old program whatever today's defaults are.
     RECORDED_WITHOUT = {"entity_retries": 0, "grounded_hops": False, "question_channel": False, "reader_evidence": "facts",
                         "comparison_demos": False, "bridge_rewrite": "lm", "grounded_in": "cited",
-                        "choose_options": False}
+                        "choose_options": False, "fold_identities": False}
 
     def __post_init__(self) -> None:
         check_types(self, "program")

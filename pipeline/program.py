@@ -14,8 +14,12 @@ What the program decides where METHOD.md is silent:
   for again as a choice between them (`AnswerGenerator`); every peer's reader does the same.
 - Checks a small model needs (`ProgramConfig`; on by default, chosen on train): a decomposition that drops
   or invents a name of the question is asked for again (`entity_retries`); a hop answer its
-  facts do not contain is asked for again, then replaced by a named span of them (`grounded_hops`;
-  with `grounded_in="evidence"` an answer that an uncited fact of the hop contains is kept).
+  facts do not contain is asked for again, then replaced by a span of them of the kind the hop
+  asks for, a date, a number or a name (`grounded_hops`; with `grounded_in="evidence"` an
+  answer that an uncited fact of the hop contains is kept).
+- Identity steps folded (`fold_identities`): a sub-question that only asks who a named thing is
+  ("Who is Max Cavalera?") is dropped and the name written where later steps refer to it (#k);
+  such a hop answers with the name it was given, at the cost of a hop answer and a rewrite.
 - Bridges by rule (`bridge_rewrite="rule"`): "#k" is replaced by the answer, without the LM
   call of step 5; on train the LM's rewrite equalled the plain substitution for 76 of 85 hops.
 - Passages for Recall@k: each hop's ranked passages, interleaved rank by rank; with
@@ -40,7 +44,7 @@ from modules.errors import HyperProveError
 from modules.references import fill_references
 from modules.retriever import HypergraphRetriever, interleave_passages
 from modules.steps import (EVIDENCE_PASSAGES, AnswerGenerator, BridgeRewriter, Decomposer, HopAnswerer, MalformedOutput,
-                           answer_kind, evidence_line)
+                           answer_kind, evidence_line, fold_identities, identity_name)
 from pipeline.config import ProgramConfig
 
 # What a small model gets wrong: unparseable output, the wrong shape, values that fail validation.
@@ -69,6 +73,10 @@ class HyperProve(dspy.Module):
             sub_questions = decomposition.sub_questions
             if decomposition.problems:
                 fallbacks.append(f"decompose: kept one that {', '.join(decomposition.problems)} after {decomposition.attempts} tries")
+            if config.fold_identities and (folded := fold_identities(question, sub_questions)) != sub_questions:
+                dropped = [sub for sub in sub_questions if identity_name(sub, question)]
+                fallbacks.append(f"decompose: identity steps folded into the steps that refer to them: {', '.join(map(repr, dropped))}")
+                sub_questions = folded
         except LM_FAILURES as error:
             sub_questions = [question]
             fallbacks.append(f"decompose: {error}")

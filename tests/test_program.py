@@ -231,6 +231,26 @@ def test_grounded_hops_keep_an_answer_whose_facts_hold_nothing_of_its_kind(retri
                                     "answer 3: '2017' is not in its facts, and no date of theirs can replace it; kept"]
 
 
+def test_folded_identity_steps_cost_no_hop(retriever):
+    question = "When did the mother of Steven Spielberg die?"
+    answers = script(**{DECOMPOSE: {"sub_questions": ["Who is Steven Spielberg?", "Who was the mother of #1?", "When did #2 die?"]},
+                        "[[ ## sub_question ## ]]\nWhen did #1 die?": {"question": "When did Leah Adler die?"},
+                        ask("Who is Steven Spielberg?"): {"answer": "Steven Spielberg", "supporting": [1]},
+                        ask(question): {"answer": "2017"}})
+    for fold, subs in [(True, ["Who was the mother of Steven Spielberg?", "When did #1 die?"]),
+                       (False, ["Who is Steven Spielberg?", "Who was the mother of #1?", "When did #2 die?"])]:
+        lm = DummyLM(answers)
+        with dspy.context(lm=lm):
+            prediction = HyperProve(retriever, ProgramConfig(fold_identities=fold))(question)
+        prompts = [call["messages"][-1]["content"] for call in lm.history]
+        assert [hop["sub_question"] for hop in prediction.chain] == subs and prediction.answer == "2017"
+        assert [hop["answer"] for hop in prediction.chain][-2:] == ["Leah Adler", "2017"]
+        assert sum(ask("Who is Steven Spielberg?") in prompt for prompt in prompts) == (0 if fold else 1)
+        assert len(lm.history) == (5 if fold else 7)  # decompose, a hop answer per hop, a rewrite per "#k" hop, the final answer
+        folded_note = "decompose: identity steps folded into the steps that refer to them: 'Who is Steven Spielberg?'"
+        assert (folded_note in prediction.fallbacks) == fold
+
+
 def test_comparison_demos_reach_the_program_decomposer(retriever):
     assert len(HyperProve(retriever).decompose.decompose.demos) == 4  # on by default
     assert len(HyperProve(retriever, ProgramConfig(comparison_demos=False)).decompose.decompose.demos) == 2

@@ -7,7 +7,8 @@ from dspy.utils import DummyLM
 from modules.facts import ScoredFact
 from modules.references import fill_references
 from modules.steps import (AnswerGenerator, BridgeRewriter, Decomposer, EntityExtractor, FactExtractor, HopAnswerer, MalformedOutput, contained,
-                           answer_kind, entity_problems, mentioned, named_spans, named_words, supported_span)
+                           answer_kind, entity_problems, fold_identities, identity_name, mentioned, named_spans, named_words,
+                           supported_span)
 
 
 def scripted(*answers):
@@ -296,3 +297,20 @@ def test_comparison_demos_add_two_demonstrations_and_the_instruction_to_keep_nam
     assert comparisons.demos[2].sub_questions == ["When did Jaws come out?", "When did Close Encounters of the Third Kind come out?"]
     assert "keeps the names" in comparisons.signature.instructions and "keeps the names" not in plain.signature.instructions
     assert list(comparisons.signature.fields) == list(plain.signature.fields)
+
+
+def test_identity_steps_are_folded_into_the_steps_that_refer_to_them():
+    question = "Who lived longer, Ludwig Elsbett or Pamela Ann Rymer?"
+    assert identity_name("Who is Ludwig Elsbett?", question) == "Ludwig Elsbett"
+    assert identity_name("Who is the King of Hollywood?", "The King of Hollywood starred in what film?") is None  # a description
+    assert identity_name("Who is Steven Spielberg?", question) is None  # the question does not name him
+    assert identity_name("Who directed Jaws?", "Who directed Jaws?") is None
+    assert fold_identities(question, ["Who is Ludwig Elsbett?", "Who is Pamela Ann Rymer?", "When did #1 die?", "When did #2 die?"]) == \
+        ["When did Ludwig Elsbett die?", "When did Pamela Ann Rymer die?"]
+    # the other references are renumbered
+    older = "Who was born first, the director of Jaws or Max Cavalera?"
+    assert fold_identities(older, ["Who directed Jaws?", "Who is Max Cavalera?", "When was #1 born?", "When was #2 born?"]) == \
+        ["Who directed Jaws?", "When was #1 born?", "When was Max Cavalera born?"]
+    # nothing but identities, or none: left as it is
+    assert fold_identities("Who is Max Cavalera?", ["Who is Max Cavalera?"]) == ["Who is Max Cavalera?"]
+    assert fold_identities(older, ["Who directed Jaws?", "When was #1 born?"]) == ["Who directed Jaws?", "When was #1 born?"]
