@@ -280,11 +280,12 @@ def named_spans(text: str) -> list[str]:
     return [" ".join(run).replace(" ,", ",") for run in spans]
 
 
+# A date ("21 February 2017", "February 21, 2017", "May 3", a year of 3-4 digits that is no part of
+# a longer number) and a number ("12,000", "3.5"): the spans a "when" and a "how many" hop take.
 _MONTH = r"(?:January|February|March|April|May|June|July|August|September|October|November|December)"
 DATE = re.compile(rf"\b(?:\d{{1,2}} )?{_MONTH}(?: \d{{1,2}})?,? \d{{3,4}}\b|\b{_MONTH} \d{{1,2}}\b|(?<![\w,.])\d{{3,4}}(?![\w]|[,.]\d)")
 NUMBER = re.compile(r"(?<![\w,.])\d+(?:[.,]\d+)*(?!\w|[.,]\d)")
 _ASKS_DATE = re.compile(r"^\W*when\b|\b(?:what|which) (?:year|date|day|month|century)\b|\b(?:date|year) of\b", re.IGNORECASE)
-_EDGES = _JOINERS | {","}  # what a cut span must not begin or end with
 _ASKS_NUMBER = re.compile(r"\bhow (?:many|much|long|old|tall|far|big|large|high)\b|\b(?:age|population)\b", re.IGNORECASE)
 
 
@@ -297,6 +298,9 @@ def answer_kind(query: str, answer: str = "") -> str:
     if _ASKS_NUMBER.search(query) or NUMBER.match(answer):
         return "number"
     return "name"
+
+
+_EDGES = _JOINERS | {","}  # what a cut span must not begin or end with
 
 
 def _name_part(span: str) -> str:
@@ -355,8 +359,9 @@ def identity_name(sub_question: str, question: str) -> str | None:
 def fold_identities(question: str, sub_questions: Sequence[str]) -> list[str]:
     """The decomposition without its identity steps (`identity_name`): each "#k" that referred to
     one becomes the name itself, the other references are renumbered. A decomposition of nothing
-    but identities is left as it is. Each identity step costs a hop answer and, for the step
-    that refers to it, a rewrite, and adds nothing to the chain."""
+    but identities is left as it is. This saves the identity's hop answer and the rewrite of the
+    step that refers to it, but the identity hop's facts also seed the next hop's frontier, which
+    on 2Wiki train found dates the folded step missed (README: the option stays off)."""
     names = {k: identity_name(sub, question) for k, sub in enumerate(sub_questions, start=1)}
     if all(names.values()) or not any(names.values()):
         return list(sub_questions)
@@ -573,8 +578,8 @@ class HopAnswerer(dspy.Module):
 
     With `grounded`, an answer that the cited facts (all evidence facts when none is cited) do
     not contain is asked for once more past the cache; if that one is not contained either, the
-    answer becomes the first span of those facts, of the kind the hop asks for (a date or a
-    name), that the query does not name; with no such span the answer stays (`ungrounded`). One
+    answer becomes the first span of those facts, of the kind the hop asks for (a date, a
+    number or a name), that the query does not name; with no such span the answer stays (`ungrounded`). One
     invented bridge would otherwise send every later hop after the wrong entity. With
     `grounded_in="evidence"`, an answer that another of the hop's facts contains is kept, and
     its support becomes those facts: a small model often cites the wrong number for a right answer.

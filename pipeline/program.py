@@ -19,7 +19,8 @@ What the program decides where METHOD.md is silent:
   answer that an uncited fact of the hop contains is kept).
 - Identity steps folded (`fold_identities`): a sub-question that only asks who a named thing is
   ("Who is Max Cavalera?") is dropped and the name written where later steps refer to it (#k);
-  such a hop answers with the name it was given, at the cost of a hop answer and a rewrite.
+  such a hop answers with the name it was given, at the cost of a hop answer and a rewrite. Off:
+  the identity hop's facts also seed the next hop, and on train folding lost as much as it won.
 - Bridges by rule (`bridge_rewrite="rule"`): "#k" is replaced by the answer, without the LM
   call of step 5; on train the LM's rewrite equalled the plain substitution for 76 of 85 hops.
 - Passages for Recall@k: each hop's ranked passages, interleaved rank by rank; with
