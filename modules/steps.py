@@ -356,22 +356,23 @@ def identity_name(sub_question: str, question: str) -> str | None:
     return name if name.lower() in question.lower() else None
 
 
-def fold_identities(question: str, sub_questions: Sequence[str]) -> list[str]:
-    """The decomposition without its identity steps (`identity_name`): each "#k" that referred to
-    one becomes the name itself, the other references are renumbered. A decomposition of nothing
-    but identities is left as it is. This saves the identity's hop answer and the rewrite of the
+def fold_identities(question: str, sub_questions: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The decomposition without its identity steps (`identity_name`), and the steps dropped: each
+    "#k" that referred to one becomes the name itself, the other references are renumbered. A
+    decomposition of nothing but identities is left as it is (nothing dropped). This saves the identity's hop answer and the rewrite of the
     step that refers to it, but the identity hop's facts also seed the next hop's frontier, which
     on 2Wiki train found dates the folded step missed (README: the option stays off)."""
     names = {k: identity_name(sub, question) for k, sub in enumerate(sub_questions, start=1)}
     if all(names.values()) or not any(names.values()):
-        return list(sub_questions)
+        return list(sub_questions), []
     renumbered = {k: n for n, k in enumerate((k for k, name in names.items() if not name), start=1)}
 
     def refer(match: re.Match) -> str:
         k = int(match.group(1))
         return names.get(k) or (f"#{renumbered[k]}" if k in renumbered else match.group())
 
-    return [REFERENCE.sub(refer, sub) for k, sub in enumerate(sub_questions, start=1) if not names[k]]
+    kept = [REFERENCE.sub(refer, sub) for k, sub in enumerate(sub_questions, start=1) if not names[k]]
+    return kept, [sub for k, sub in enumerate(sub_questions, start=1) if names[k]]
 
 
 # Words that make "A or B" a choice between two names rather than part of a title ("Dead or Alive").

@@ -45,7 +45,7 @@ from modules.errors import HyperProveError
 from modules.references import fill_references
 from modules.retriever import HypergraphRetriever, interleave_passages
 from modules.steps import (EVIDENCE_PASSAGES, AnswerGenerator, BridgeRewriter, Decomposer, HopAnswerer, MalformedOutput,
-                           answer_kind, evidence_line, fold_identities, identity_name)
+                           answer_kind, evidence_line, fold_identities)
 from pipeline.config import ProgramConfig
 
 # What a small model gets wrong: unparseable output, the wrong shape, values that fail validation.
@@ -74,10 +74,10 @@ class HyperProve(dspy.Module):
             sub_questions = decomposition.sub_questions
             if decomposition.problems:
                 fallbacks.append(f"decompose: kept one that {', '.join(decomposition.problems)} after {decomposition.attempts} tries")
-            if config.fold_identities and (folded := fold_identities(question, sub_questions)) != sub_questions:
-                dropped = [sub for sub in sub_questions if identity_name(sub, question)]
-                fallbacks.append(f"decompose: identity steps folded into the steps that refer to them: {', '.join(map(repr, dropped))}")
-                sub_questions = folded
+            if config.fold_identities:
+                sub_questions, dropped = fold_identities(question, sub_questions)
+                if dropped:
+                    fallbacks.append(f"decompose: identity steps folded into the steps that refer to them: {', '.join(map(repr, dropped))}")
         except LM_FAILURES as error:
             sub_questions = [question]
             fallbacks.append(f"decompose: {error}")
