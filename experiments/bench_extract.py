@@ -57,7 +57,7 @@ def bench(corpus: str, first: int, extractor: str, lm: dict, model=None) -> dict
     report = extract.report()
     n = len(passages)
     return {
-        "extractor": extractor, "lm": session.id, "adapter": config.lm.adapter, "threads": config.lm.concurrency, "passages": n,
+        "extractor": extractor, "lm": session.id, "adapter": config.lm.layout, "threads": config.lm.concurrency, "passages": n,
         "characters_per_passage": round(sum(len(p.text) for p in passages) / n), "seconds": round(seconds, 1),
         "passages_per_minute": round(60 * n / seconds, 2), "facts_per_passage": round(sum(map(len, facts)) / n, 2),
         "entities_per_fact": round(sum(len(f.entities) for fs in facts for f in fs) / max(1, sum(map(len, facts))), 2),
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--first", type=int, default=6, help="how many passages, from the start of the corpus")
     parser.add_argument("--lm", help="a LiteLLM model id (default: the embedded local model)")
     parser.add_argument("--lm-threads", type=int, help="passages in flight at once (default: 1 for the local model)")
-    parser.add_argument("--lm-adapter", choices=list(ADAPTERS), help="how prompts are laid out (default: chat)")
+    parser.add_argument("--lm-adapter", choices=list(ADAPTERS), help="how prompts are laid out (default: lean-prefilled on the embedded model, chat on an API model)")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON line")
     args = parser.parse_args(argv)
     try:

@@ -5,13 +5,16 @@ its paired bootstrap 95% interval (`experiments/stats.py`), for runs the report 
     python experiments/compare.py --choices hotpotqa-train-choose:hyperprove hotpotqa-train-choose:hyperprove-passages
 
     python experiments/compare.py musique-lm60:hyperprove musique-lm60:dense --metrics f1 em --first 20
+    python experiments/compare.py --costs hotpotqa-lm60-fast:hyperprove hotpotqa-lm60:hyperprove --metrics f1 recall@5
 
 Each side is RESULTS:SYSTEM: a results folder (a name under experiments/results/, or a path)
 and a system in its predictions.json. The first side minus the second, then each side's mean.
 With `--choices`, each side against itself with the final answers that `choose_options`
 replaced put back: the same run without the choices, since the choice is the last step of a
 question. `--first N` keeps the first N questions of the first side's questions file (the
-questions `evaluate --limit N` would answer), to pair a subset of two larger runs.
+questions `evaluate --limit N` would answer), to pair a subset of two larger runs. With
+`--costs`, first a table of what each side's LM calls cost a question (from each row's
+`lm_steps`) beside its scores: the before/after table of a cheaper answer path.
 """
 
 from __future__ import annotations
@@ -74,6 +77,49 @@ def compare(first: str, second: str, metrics: list[str], first_n: int | None = N
     return lines
 
 
+COST_FIELDS = ("calls", "cache_hits", "prompt_tokens", "cached_prompt_tokens", "completion_tokens")
+
+
+def cost_row(side: str, rows: list[dict], metrics: list[str]) -> str:
+    """One markdown row: a side's LM bill per question and its mean scores. Prompt tokens are
+    split into those the server computed and those its prompt cache served; seconds are wall
+    time, so a side whose calls DSPy's cache answered (counted in its own column) is no cost figure."""
+    if any("lm_steps" not in row for row in rows):
+        raise HyperProveError(f"{side}: its predictions hold no lm_steps (a run from before the LM profile), so no cost per question")
+    spent = {name: sum(step[name] for row in rows for step in row["lm_steps"].values()) / len(rows) for name in COST_FIELDS}
+    seconds = sum(row["seconds"] for row in rows) / len(rows)
+    cells = [f"{spent['calls']:.2f}", f"{spent['cache_hits']:.2f}", f"{spent['prompt_tokens'] - spent['cached_prompt_tokens']:.0f}",
+             f"{spent['cached_prompt_tokens']:.0f}", f"{spent['completion_tokens']:.1f}", f"{seconds:.1f}"]
+    return f"| {side} | " + " | ".join(cells + [f"{100 * sum(row[m] for row in rows) / len(rows):.2f}" for m in metrics]) + " |"
+
+
+def costs(first: str, second: str, metrics: list[str], first_n: int | None = None) -> list[str]:
+    """The two sides' LM bills and scores as a markdown table, then the paired differences (`compare`)."""
+    sides = [side_rows(first), side_rows(second)]
+    if first_n is not None:
+        kept = first_questions(first, first_n)
+        sides = [[row for row in rows if row["id"] in kept] for rows in sides]
+    head = ["LM calls/q", "DSPy cache hits/q", "computed prompt tok/q", "prompt tok/q from the server's cache", "generated tok/q", "s/q"]
+    lines = ["| run | " + " | ".join(head + metrics) + " |", "|---|" + "---:|" * (len(head) + len(metrics))]
+    lines += [cost_row(side, rows, metrics) for side, rows in zip((first, second), sides)]
+    lines += ["", "| run | step | LM calls/q | computed prompt tok/q | prompt tok/q from the server's cache | generated tok/q | LM s/q |",
+              "|---|---|---:|---:|---:|---:|---:|"]
+    lines += [line for side, rows in zip((first, second), sides) for line in step_rows(side, rows)]
+    return lines + [""] + compare(first, second, metrics, first_n)
+
+
+def step_rows(side: str, rows: list[dict]) -> list[str]:
+    """Per LM step, what it cost a question on average (seconds: the wall time around its calls)."""
+    steps: dict[str, dict] = {}
+    for row in rows:
+        for step, cost in row["lm_steps"].items():
+            total = steps.setdefault(step, dict.fromkeys((*COST_FIELDS, "seconds"), 0.0))
+            for name in total:
+                total[name] += cost[name] / len(rows)
+    return [f"| {side} | {step} | {cost['calls']:.2f} | {cost['prompt_tokens'] - cost['cached_prompt_tokens']:.0f} | "
+            f"{cost['cached_prompt_tokens']:.0f} | {cost['completion_tokens']:.1f} | {cost['seconds']:.1f} |" for step, cost in steps.items()]
+
+
 def without_choices(rows: list[dict], golds: dict[str, list[str]], source: str = "the run") -> tuple[list[dict], int]:
     """The rows with each final answer the chooser replaced put back and scored again against the
     gold answer and its aliases (`gold_answers` of `source`); and how many were put back."""
@@ -105,13 +151,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--metrics", nargs="+", default=["f1"], help="per-question scores: f1, em, recall@2, recall@5")
     parser.add_argument("--choices", action="store_true", help="each side with and without the final answers choose_options replaced")
     parser.add_argument("--first", type=int, metavar="N", help="only the first N questions of the first side's questions file")
+    parser.add_argument("--costs", action="store_true", help="first a table of each side's LM calls, tokens and seconds a question")
     args = parser.parse_args(argv)
     if not args.choices and len(args.sides) != 2:
         parser.error("give two sides to compare (or --choices)")
     if args.first is not None and (args.choices or args.first < 1):
         parser.error("--first takes a whole number from 1, and goes with two sides, not --choices")
+    if args.costs and args.choices:
+        parser.error("--costs goes with two sides, not --choices")
     try:
-        lines = [line for side in args.sides for line in choices(side, args.metrics)] if args.choices else compare(*args.sides, args.metrics, args.first)
+        if args.choices:
+            lines = [line for side in args.sides for line in choices(side, args.metrics)]
+        else:
+            lines = (costs if args.costs else compare)(*args.sides, args.metrics, args.first)
         print("\n".join(lines))
     except HyperProveError as error:
         print(f"error: {error}", file=sys.stderr)

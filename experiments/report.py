@@ -354,7 +354,7 @@ def is_choice(run: dict) -> bool:
 def recorded_program(run: dict) -> dict:
     """The program settings a run ran with, and its LM adapter (a field its record lacks: what runs went without it)."""
     config = HyperProveConfig.from_record(run.get("config", {}), source=f"{run.get('results_dir', run['name'])}/results.json")
-    return {**asdict(config.program), "adapter": config.lm.adapter}
+    return {**asdict(config.program), "adapter": config.lm.layout}
 
 
 def answer_path(settings: dict, system: str) -> str:
@@ -381,7 +381,7 @@ def render_choices(runs: Sequence[dict]) -> list[str]:
              "Each train run below scores one setting of the program's options on a dataset's train questions; `hyperprove-passages` "
              "rows are the same program's top 5 passages read alone (the path's LM calls are the program's: all its steps but the final "
              "answer, then the reader). F1 differences are against the first row, question by question (paired bootstrap 95% interval). "
-             f"The defaults in `ProgramConfig` now: {answer_path({**asdict(ProgramConfig()), 'adapter': LMConfig().adapter}, 'hyperprove')}.", ""]
+             f"The defaults in `ProgramConfig` now: {answer_path({**asdict(ProgramConfig()), 'adapter': LMConfig().layout}, 'hyperprove')}.", ""]
     datasets: dict[str, list[dict]] = {}
     for run in runs:
         datasets.setdefault(run["name"].split("-train-")[0], []).append(run)

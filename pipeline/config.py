@@ -26,6 +26,7 @@ ADAPTERS = {  # how prompts are laid out -> what the CLI help says
     "chat": "DSPy's ChatAdapter: every request ends with a reminder of the output format",
     "lean": "the same format, with that reminder once in the system message, the prefix the server's prompt cache keeps",
     "prefilled": "DSPy's ChatAdapter prompts, the reply started with its first field's header and stopped where its fields end",
+    "lean-prefilled": "both: the reminder in the system message, and the reply started and stopped for the model",
 }
 
 
@@ -41,16 +42,26 @@ class LMConfig:
     local_model_dir: str = "~/.cache/hyperprove/models"  # where the 22 parts are joined once
     local_context: int = 8192  # local model: context tokens, shared by the slots
     local_cpu_threads: int = 0  # local model: compute threads (0: all cores)
-    adapter: str = "chat"  # one of ADAPTERS
+    adapter: str | None = None  # one of ADAPTERS; None: the model's default (`layout`)
+
+    # What a recorded config without this field ran with (records made before it existed).
+    RECORDED_WITHOUT = {"adapter": "chat"}
 
     def __post_init__(self) -> None:
         check_types(self, "lm")
-        if self.adapter not in ADAPTERS:
+        if self.adapter is not None and self.adapter not in ADAPTERS:
             raise HyperProveError(f"lm config: adapter={self.adapter!r} must be one of {', '.join(map(repr, ADAPTERS))}")
         if self.threads < 0 or self.max_tokens < 16 or self.local_context < 1024 or self.local_cpu_threads < 0:
             raise HyperProveError("lm config: threads >= 0, max_tokens >= 16, local_context >= 1024, local_cpu_threads >= 0")
         if not 0.0 <= self.temperature <= 2.0:
             raise HyperProveError(f"lm config: temperature={self.temperature!r} must lie in [0, 2]")
+
+    @property
+    def layout(self) -> str:
+        """The adapter the LM gets: the one named, else `lean-prefilled` for the embedded model
+        (half the seconds a question on train, F1 within noise: README, "The answer path at half
+        the cost") and DSPy's `chat` for an API model, some of which refuse a begun reply."""
+        return self.adapter or ("lean-prefilled" if self.model is None else "chat")
 
     @property
     def concurrency(self) -> int:
@@ -95,7 +106,7 @@ class ProgramConfig:
     question_channel: bool = True  # the ranking for the whole question is interleaved first with the hops' rankings
     reader_evidence: str = "facts"  # one of READER_EVIDENCE
     comparison_demos: bool = True  # Decompose also shows two comparisons and is asked to keep the question's names
-    bridge_rewrite: str = "lm"  # one of BRIDGE_REWRITES: how a sub-question's "#k" become the resolved answers (step 5)
+    bridge_rewrite: str = "rule"  # one of BRIDGE_REWRITES: how a sub-question's "#k" become the resolved answers (step 5)
     choose_options: bool = True  # a final answer that is none of the options a question names is asked for again as a choice (every reader)
     fold_identities: bool = False  # sub-questions that only ask who a named thing is ("Who is X?") are dropped, X written where they were referred to
 

@@ -298,8 +298,19 @@ class PrefilledChatAdapter(dspy.ChatAdapter):
         return f"[[ ## {next(iter(signature.output_fields))} ## ]]\n"
 
 
+class LeanPrefilledChatAdapter(PrefilledChatAdapter, LeanChatAdapter):
+    """Both savings at once: the format reminder in the cached system message (fewer prompt tokens
+    computed per call) and the reply started and stopped for the model (fewer tokens generated).
+    On 2 cores a computed prompt token costs about 16 ms and a generated one about 60 ms (a fit
+    over 699 LM steps of the train runs), so a call saves about 45 of each kind's worth."""
+
+
+ADAPTER_CLASSES = {"chat": dspy.ChatAdapter, "lean": LeanChatAdapter, "prefilled": PrefilledChatAdapter,
+                   "lean-prefilled": LeanPrefilledChatAdapter}
+
+
 def make_adapter(name: str) -> dspy.ChatAdapter:
-    return {"lean": LeanChatAdapter, "prefilled": PrefilledChatAdapter}.get(name, dspy.ChatAdapter)()
+    return ADAPTER_CLASSES[name]()
 
 
 def make_lm(config: LMConfig, profile: LMProfile | None = None):
@@ -328,7 +339,10 @@ class LMSession:
             self.id = str(getattr(lm, "model", type(lm).__name__))
             self.lm = lm
             self.lm.callbacks = [*(getattr(lm, "callbacks", None) or []), self.profile]
-        dspy.configure(lm=self.lm, adapter=make_adapter(config.lm.adapter))
+        # An LM object handed in (a test's scripted LM, a custom client) is no embedded server: DSPy's
+        # chat layout unless one is named.
+        self.adapter = config.lm.layout if lm is None else (config.lm.adapter or "chat")
+        dspy.configure(lm=self.lm, adapter=make_adapter(self.adapter))
 
     def calls(self) -> int:
         return self.profile.calls

@@ -160,7 +160,7 @@ def test_ask_prints_the_chain_and_ends_with_json(files, capsys, scripted_cli):
     assert code == 0
     uri = f"sqlite:///{files}/mlflow.db"
     code, out, _ = run_scripted(capsys, scripted_cli, "ask", files / "idx", "Who was the mother of the director of Jaws?", "--embedder", "test-hash",
-                                "--tracking-uri", uri, "--json")
+                                "--tracking-uri", uri, "--json", "--bridge-rewrite", "lm")
     assert code == 0
     lines = out.strip().splitlines()
     assert lines[0] == "Q: Who was the mother of the director of Jaws?"
@@ -204,8 +204,9 @@ def test_ask_prints_the_chain_and_ends_with_json(files, capsys, scripted_cli):
                                 "--no-track")
     assert code == 0
     profile = out[out.index("| step | calls |"):].splitlines()
-    assert [line.split(" | ")[:2] for line in profile[2:]] == [["| Decomposer", "1"], ["| HopAnswerer", "2"], ["| BridgeRewriter", "1"],
-                                                                  ["| AnswerGenerator", "1"], ["| total", "5"]]
+    # the default fills #1 by rule: no BridgeRewriter call
+    assert [line.split(" | ")[:2] for line in profile[2:]] == [["| Decomposer", "1"], ["| HopAnswerer", "2"], ["| AnswerGenerator", "1"],
+                                                                  ["| total", "4"]]
 
 
 def test_demo_reports_every_extraction_fallback(tmp_path, capsys, scripted_cli):
@@ -251,7 +252,8 @@ def test_evaluate_with_the_lm_runs_the_program_first_and_reads_every_system(file
     scripted_cli.answers = two_hop_script(final_answer="2017")
     code, out, _ = run_scripted(capsys, scripted_cli, "evaluate", "--questions", files / "questions.json", "--corpus", files / "corpus.json",
                        "--retriever", "dense-iterative,dense,hyperprove,hyperprove-passages", "--decomposition", "lm",
-                       "--embedder", "test-hash", "--cache-dir", tmp_path / "cache", "--out", tmp_path / "results", "--no-track", "--json")
+                       "--embedder", "test-hash", "--cache-dir", tmp_path / "cache", "--out", tmp_path / "results", "--no-track", "--json",
+                       "--bridge-rewrite", "lm")
     assert code == 0
     result = json.loads(out.strip().splitlines()[-1])
     systems = result["retrievers"]
@@ -306,7 +308,7 @@ def test_an_interrupted_lm_evaluation_resumes_system_by_system(files, capsys, sc
     scripted_cli.answers = two_hop_script(final_answer="2017")
     args = ["evaluate", "--questions", files / "questions.json", "--corpus", files / "corpus.json",
             "--retriever", "hyperprove,dense-iterative,dense", "--decomposition", "lm",
-            "--embedder", "test-hash", "--cache-dir", tmp_path / "cache", "--out", tmp_path / "results", "--no-track", "--json"]
+            "--embedder", "test-hash", "--cache-dir", tmp_path / "cache", "--out", tmp_path / "results", "--no-track", "--json", "--bridge-rewrite", "lm", "--lm-adapter", "chat"]
     evaluate_program, evaluated = experiments.qa.evaluate_program, []
 
     def interrupted_at_dense(questions, program, lm_usage, **kw):
@@ -514,12 +516,19 @@ def test_answer_path_flags_reach_the_program_config():
     assert (on.reader_evidence, on.question_channel, on.entity_retries, on.grounded_hops) == ("facts", True, 0, True)
     defaults = build_config(build_parser().parse_args(["ask", "idx", "q"])).program
     assert (defaults.reader_evidence, defaults.question_channel, defaults.entity_retries, defaults.grounded_hops) == ("facts", True, 2, True)
-    assert (defaults.comparison_demos, defaults.bridge_rewrite, defaults.grounded_in, defaults.choose_options) == (True, "lm", "cited", True)
+    assert (defaults.comparison_demos, defaults.bridge_rewrite, defaults.grounded_in, defaults.choose_options) == (True, "rule", "cited", True)
     with pytest.raises(HyperProveError, match="bridge_rewrite='llm' must be one of 'lm', 'rule'"):
         ProgramConfig(bridge_rewrite="llm")
     assert build_config(build_parser().parse_args(["ask", "idx", "q", "--lm-adapter", "lean"])).lm.adapter == "lean"
-    assert build_config(build_parser().parse_args(["ask", "idx", "q"])).lm.adapter == "chat"
-    with pytest.raises(HyperProveError, match="adapter='json' must be one of 'chat', 'lean', 'prefilled'"):
+    # unnamed, the adapter is the model's: lean-prefilled on the embedded model, chat on an API model (a begun reply is refused by some)
+    assert build_config(build_parser().parse_args(["ask", "idx", "q"])).lm.layout == "lean-prefilled"
+    assert build_config(build_parser().parse_args(["ask", "idx", "q", "--lm", "openai/gpt-4o-mini"])).lm.layout == "chat"
+    assert build_config(build_parser().parse_args(["ask", "idx", "q", "--lm", "openai/gpt-4o-mini", "--lm-adapter", "prefilled"])).lm.layout == "prefilled"
+    # a record made before the field existed ran DSPy's chat adapter
+    from pipeline.config import HyperProveConfig
+
+    assert HyperProveConfig.from_record({}).lm.layout == "chat" and HyperProveConfig.from_record({"lm": {"adapter": None}}).lm.layout == "lean-prefilled"
+    with pytest.raises(HyperProveError, match="adapter='json' must be one of 'chat', 'lean', 'prefilled', 'lean-prefilled'"):
         LMConfig(adapter="json")
 
 

