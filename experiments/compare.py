@@ -60,11 +60,17 @@ def first_questions(side: str, n: int) -> set[str]:
     return set(ids)
 
 
-def compare(first: str, second: str, metrics: list[str], first_n: int | None = None) -> list[str]:
+def paired_rows(first: str, second: str, first_n: int | None = None) -> tuple[list[dict], list[dict]]:
+    """Both sides' rows, with `first_n` only the first N questions of the first side's questions file."""
     rows, others = side_rows(first), side_rows(second)
     if first_n is not None:
         kept = first_questions(first, first_n)
         rows, others = [row for row in rows if row["id"] in kept], [row for row in others if row["id"] in kept]
+    return rows, others
+
+
+def compare(first: str, second: str, metrics: list[str], first_n: int | None = None) -> list[str]:
+    rows, others = paired_rows(first, second, first_n)
     if not rows or [row["id"] for row in rows] != [row["id"] for row in others]:
         raise HyperProveError(f"{first} and {second} did not answer the same questions; a paired difference needs the same ones")
     lines = []
@@ -80,25 +86,40 @@ def compare(first: str, second: str, metrics: list[str], first_n: int | None = N
 COST_FIELDS = ("calls", "cache_hits", "prompt_tokens", "cached_prompt_tokens", "completion_tokens")
 
 
-def cost_row(side: str, rows: list[dict], metrics: list[str]) -> str:
-    """One markdown row: a side's LM bill per question and its mean scores. Prompt tokens are
-    split into those the server computed and those its prompt cache served; seconds are wall
-    time, so a side whose calls DSPy's cache answered (counted in its own column) is no cost figure."""
+def step_costs(side: str, rows: list[dict]) -> dict[str, dict]:
+    """Per LM step, what it cost a question on average (seconds: the wall time around its calls)."""
     if any("lm_steps" not in row for row in rows):
         raise HyperProveError(f"{side}: its predictions hold no lm_steps (a run from before the LM profile), so no cost per question")
-    spent = {name: sum(step[name] for row in rows for step in row["lm_steps"].values()) / len(rows) for name in COST_FIELDS}
+    steps: dict[str, dict] = {}
+    for row in rows:
+        for step, cost in row["lm_steps"].items():
+            total = steps.setdefault(step, dict.fromkeys((*COST_FIELDS, "seconds"), 0.0))
+            for name in total:
+                total[name] += cost[name] / len(rows)
+    return steps
+
+
+def cost_row(side: str, rows: list[dict], metrics: list[str]) -> str:
+    """One markdown row: a side's LM bill per question (its steps' summed) and its mean scores. Prompt
+    tokens are split into those the server computed and those its prompt cache served; seconds are
+    the question's wall time, so a side whose calls DSPy's cache answered (its own column) is no cost figure."""
+    spent = {name: sum(cost[name] for cost in step_costs(side, rows).values()) for name in COST_FIELDS}
     seconds = sum(row["seconds"] for row in rows) / len(rows)
     cells = [f"{spent['calls']:.2f}", f"{spent['cache_hits']:.2f}", f"{spent['prompt_tokens'] - spent['cached_prompt_tokens']:.0f}",
              f"{spent['cached_prompt_tokens']:.0f}", f"{spent['completion_tokens']:.1f}", f"{seconds:.1f}"]
     return f"| {side} | " + " | ".join(cells + [f"{100 * sum(row[m] for row in rows) / len(rows):.2f}" for m in metrics]) + " |"
 
 
+def step_rows(side: str, rows: list[dict]) -> list[str]:
+    """One markdown row per LM step of a side (`step_costs`)."""
+    return [f"| {side} | {step} | {cost['calls']:.2f} | {cost['prompt_tokens'] - cost['cached_prompt_tokens']:.0f} | "
+            f"{cost['cached_prompt_tokens']:.0f} | {cost['completion_tokens']:.1f} | {cost['seconds']:.1f} |"
+            for step, cost in step_costs(side, rows).items()]
+
+
 def costs(first: str, second: str, metrics: list[str], first_n: int | None = None) -> list[str]:
-    """The two sides' LM bills and scores as a markdown table, then the paired differences (`compare`)."""
-    sides = [side_rows(first), side_rows(second)]
-    if first_n is not None:
-        kept = first_questions(first, first_n)
-        sides = [[row for row in rows if row["id"] in kept] for rows in sides]
+    """The two sides' LM bills and scores as markdown tables (whole, then per step), then the paired differences (`compare`)."""
+    sides = paired_rows(first, second, first_n)
     head = ["LM calls/q", "DSPy cache hits/q", "computed prompt tok/q", "prompt tok/q from the server's cache", "generated tok/q", "s/q"]
     lines = ["| run | " + " | ".join(head + metrics) + " |", "|---|" + "---:|" * (len(head) + len(metrics))]
     lines += [cost_row(side, rows, metrics) for side, rows in zip((first, second), sides)]
@@ -106,18 +127,6 @@ def costs(first: str, second: str, metrics: list[str], first_n: int | None = Non
               "|---|---|---:|---:|---:|---:|---:|"]
     lines += [line for side, rows in zip((first, second), sides) for line in step_rows(side, rows)]
     return lines + [""] + compare(first, second, metrics, first_n)
-
-
-def step_rows(side: str, rows: list[dict]) -> list[str]:
-    """Per LM step, what it cost a question on average (seconds: the wall time around its calls)."""
-    steps: dict[str, dict] = {}
-    for row in rows:
-        for step, cost in row["lm_steps"].items():
-            total = steps.setdefault(step, dict.fromkeys((*COST_FIELDS, "seconds"), 0.0))
-            for name in total:
-                total[name] += cost[name] / len(rows)
-    return [f"| {side} | {step} | {cost['calls']:.2f} | {cost['prompt_tokens'] - cost['cached_prompt_tokens']:.0f} | "
-            f"{cost['cached_prompt_tokens']:.0f} | {cost['completion_tokens']:.1f} | {cost['seconds']:.1f} |" for step, cost in steps.items()]
 
 
 def without_choices(rows: list[dict], golds: dict[str, list[str]], source: str = "the run") -> tuple[list[dict], int]:
