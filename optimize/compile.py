@@ -1,7 +1,7 @@
 """Compiling the program's LM steps with a DSPy optimizer (`hyperprove compile`).
 
 A target names what is compiled and what it is graded against:
-- `decompose`: the Decomposer alone, supervised by MuSiQue's gold decompositions (step 4);
+- `decompose`: the Decomposer alone, supervised by the gold decompositions (MuSiQue's, 2Wiki's; step 4);
 - `rewrite`: the BridgeRewriter alone, on the gold sub-questions with "#k" and the gold answers
   of the earlier steps, against the gold sub-question with the answers filled in (step 5);
 - `program`: the whole HyperProve program (every predictor) against answer F1.
@@ -172,7 +172,7 @@ def split_examples(settings: CompileConfig, examples: list[dspy.Example]) -> tup
     train, val = examples[: settings.train], examples[settings.train : settings.train + settings.val]
     if not train:
         raise HyperProveError(f"compile --target {settings.target}: no training examples in {settings.questions}"
-                              + (" (it needs gold decompositions: MuSiQue)" if settings.target != "program" else ""))
+                              + (" (it needs gold decompositions: MuSiQue, 2Wiki)" if settings.target != "program" else ""))
     return train, val
 
 
@@ -251,7 +251,7 @@ def run_compile(config, runtime=None, log: Callable[[str], None] = print) -> dic
     passages = load_corpus(settings.corpus)
     questions = load_questions(settings.questions, passages)
     if settings.target != "program" and not any(q.decomposition for q in questions):
-        raise HyperProveError(f"{settings.questions}: --target {settings.target} needs gold decompositions (MuSiQue's); none found")
+        raise HyperProveError(f"{settings.questions}: --target {settings.target} needs gold decompositions (MuSiQue's or 2Wiki's); none found")
     program = program_for(None, config)  # from --program, when given: compiling continues from it
     runtime = runtime or Runtime(config)
     session = runtime.session

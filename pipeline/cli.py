@@ -237,7 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.set_defaults(run=calls("optimize.sweep:run_sweep"))
 
     compile_ = commands.add_parser("compile", help="compile the LM steps with a DSPy optimizer on training questions; writes the program JSON")
-    compile_.add_argument("--questions", help="training questions JSON (MuSiQue's carry the gold decompositions decompose and rewrite need)")
+    compile_.add_argument("--questions", help="training questions JSON (MuSiQue's and 2Wiki's carry the gold decompositions decompose and rewrite need)")
     compile_.add_argument("--corpus", help="corpus JSON the questions refer to")
     compile_.add_argument("--target", choices=["decompose", "rewrite", "program"],
                           help="decompose (default) or rewrite: supervised by gold decompositions; program: every predictor, against answer F1")

@@ -58,10 +58,14 @@ class LMConfig:
 
     @property
     def layout(self) -> str:
-        """The adapter the LM gets: the one named, else `lean-prefilled` for the embedded model
-        (half the seconds a question on train, F1 within noise: README, "The answer path at half
-        the cost") and DSPy's `chat` for an API model, some of which refuse a begun reply."""
-        return self.adapter or ("lean-prefilled" if self.model is None else "chat")
+        """The adapter the configured LM gets (`layout_for`)."""
+        return self.layout_for(embedded=self.model is None)
+
+    def layout_for(self, embedded: bool) -> str:
+        """The adapter named, else `lean-prefilled` for the embedded model (half the seconds a
+        question on train, F1 within noise: README, "The answer path at half the cost") and
+        DSPy's `chat` for any other LM, some of which refuse a begun reply."""
+        return self.adapter or ("lean-prefilled" if embedded else "chat")
 
     @property
     def concurrency(self) -> int:

@@ -313,17 +313,23 @@ def make_adapter(name: str) -> dspy.ChatAdapter:
     return ADAPTER_CLASSES[name]()
 
 
+# Retries of a failed request, with LiteLLM's exponential backoff. An API model gets 8 (about a
+# minute in all), enough to ride out the rate limits that 8 requests in flight meet (DSPy's own
+# reasoning in its PR #1753); the embedded server has no rate limit, and 2 cover a hiccup.
+API_RETRIES, LOCAL_RETRIES = 8, 2
+
+
 def make_lm(config: LMConfig, profile: LMProfile | None = None):
     """A `dspy.LM` for the configured model; starts the embedded server when no model is given."""
-    callbacks = [profile] if profile is not None else []
-    common = dict(temperature=config.temperature, max_tokens=config.max_tokens, callbacks=callbacks, num_retries=2)
+    common = dict(temperature=config.temperature, max_tokens=config.max_tokens, callbacks=[profile] if profile is not None else [])
     if config.model is None:
         server = LocalServer.get(config)
-        return dspy.LM(f"openai/{LOCAL_MODEL_NAME}", api_base=f"{server.address}/v1", api_key="local", **common)
+        return dspy.LM(f"openai/{LOCAL_MODEL_NAME}", api_base=f"{server.address}/v1", api_key="local",
+                       num_retries=LOCAL_RETRIES, **common)
     if "/" not in config.model:
         raise HyperProveError(f"--lm {config.model!r}: expected a LiteLLM id such as openai/gpt-4o-mini")
     extra = {"api_base": config.api_base} if config.api_base else {}
-    return dspy.LM(config.model, **common, **extra)
+    return dspy.LM(config.model, num_retries=API_RETRIES, **common, **extra)
 
 
 class LMSession:
@@ -341,7 +347,7 @@ class LMSession:
             self.lm.callbacks = [*(getattr(lm, "callbacks", None) or []), self.profile]
         # An LM object handed in (a test's scripted LM, a custom client) is no embedded server: DSPy's
         # chat layout unless one is named.
-        self.adapter = config.lm.layout if lm is None else (config.lm.adapter or "chat")
+        self.adapter = config.lm.layout_for(embedded=lm is None and config.lm.model is None)
         dspy.configure(lm=self.lm, adapter=make_adapter(self.adapter))
 
     def calls(self) -> int:

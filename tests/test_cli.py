@@ -403,7 +403,7 @@ def test_compile_rejects_missing_files_and_questions_without_gold_decompositions
     assert code == 2 and err == "error: compile: give --questions and --corpus (or a --config with compile.questions and compile.corpus)\n"
     (tmp_path / "plain.json").write_text(json.dumps([{**QUESTIONS[0], "decomposition": []}]))
     code, _, err = run(capsys, "compile", "--questions", tmp_path / "plain.json", "--corpus", files / "corpus.json", "--target", "rewrite")
-    assert code == 2 and err == f"error: {tmp_path / 'plain.json'}: --target rewrite needs gold decompositions (MuSiQue's); none found\n"
+    assert code == 2 and err == f"error: {tmp_path / 'plain.json'}: --target rewrite needs gold decompositions (MuSiQue's or 2Wiki's); none found\n"
 
 
 def test_compile_decompose_then_evaluate_and_reproduce_with_the_compiled_program(files, capsys, scripted_cli, tmp_path):

@@ -69,6 +69,7 @@ def test_lm_config_checks_its_fields():
         make_lm(LMConfig(model="gpt-4o-mini"))
     api = make_lm(LMConfig(model="openai/gpt-4o-mini", api_base="http://127.0.0.1:9/v1"))
     assert api.model == "openai/gpt-4o-mini" and api.kwargs["temperature"] == 0.0
+    assert api.num_retries == 8  # rate limits with 8 requests in flight: about a minute of backoff
     assert LMConfig().id == "local/qwen2.5-coder-1.5b-instruct-q4_k_m"
 
 
