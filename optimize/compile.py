@@ -138,13 +138,23 @@ def mean_grade(module: dspy.Module, examples: Sequence[dspy.Example], grade: Gra
 MIPRO_MINIBATCH = 35  # MIPROv2's minibatch size; it refuses a val set smaller than this unless told not to minibatch
 
 
+def dspy_labeled_demos(settings: CompileConfig, target: Target) -> int:
+    """DSPy's `max_labeled_demos` for ours. DSPy's number does two things: a predictor's
+    bootstrapped demos are topped up with gold examples to that count, and, when it is above 0,
+    the teacher that produces the traces answers with that many gold examples as its only
+    demonstrations (the program's own are dropped). Ours counts the gold ones on top of the
+    bootstrapped ones; with none, or on a target whose examples are no demonstrations (answers
+    alone), DSPy gets 0: the teacher is the program as it runs, and only its own graded traces
+    become demonstrations."""
+    gold = settings.max_labeled_demos if target.labeled_demos else 0
+    return settings.max_bootstrapped_demos + gold if gold else 0
+
+
 def make_optimizer(settings: CompileConfig, target: Target, n_train: int, lm=None, prompt_lm=None, threads: int = 1):
     """The configured DSPy optimizer, its metric built from the target's grade. `lm` answers
     (the task model); `prompt_lm` proposes instructions (MIPROv2) or reflects (GEPA), default `lm`."""
     prompt_lm = prompt_lm or lm
-    # DSPy's max_labeled_demos caps all demos of a predictor: bootstrapped ones first, then gold
-    # examples fill up to it. Ours counts the gold ones on top of the bootstrapped ones.
-    labeled = settings.max_bootstrapped_demos + (settings.max_labeled_demos if target.labeled_demos else 0)
+    labeled = dspy_labeled_demos(settings, target)
     threshold = settings.threshold if settings.threshold is not None else target.threshold
     if settings.optimizer == "bootstrap":
         return dspy.BootstrapFewShot(
@@ -211,8 +221,10 @@ def compile_program(program: dspy.Module, settings: CompileConfig, questions: Se
     builtin = {name: list(predictor.demos) for name, predictor in part.named_predictors()}
     compiled = optimizer.compile(part.deepcopy(), trainset=train, **compile_args)
     part.load_state(compiled.dump_state())  # into the full program, whose other predictors are untouched
-    if settings.keep_builtin:  # the hand-written examples first, then what the optimizer chose
-        for name, predictor in part.named_predictors():
+    for name, predictor in part.named_predictors():
+        # The hand-written examples first, then what the optimizer chose; and a predictor that no
+        # trace reached (the rewrite when bridges are filled by rule) keeps them instead of none.
+        if settings.keep_builtin or not predictor.demos:
             predictor.demos = builtin[name] + [demo for demo in predictor.demos if demo not in builtin[name]]
     after = mean_grade(part, val, target.grade, progress="val after") if val else None
     return {

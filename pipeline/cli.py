@@ -245,7 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     compile_.add_argument("--train", type=int, help="the first N examples to compile on (default 20)")
     compile_.add_argument("--val", type=int, help="the next N examples, graded before and after (default 20; 0: none)")
     compile_.add_argument("--demos", type=int, dest="max_bootstrapped_demos", help="bootstrapped demonstrations per predictor (default 2)")
-    compile_.add_argument("--labeled-demos", type=int, dest="max_labeled_demos", help="gold examples as demonstrations (default 2; decompose, rewrite)")
+    compile_.add_argument("--labeled-demos", type=int, dest="max_labeled_demos", help="gold examples as demonstrations (default 2; decompose, rewrite); 0: the teacher answers with the program's own demonstrations, and only its graded traces are kept")
     compile_.add_argument("--keep-builtin-demos", action="store_const", const=True, dest="keep_builtin",
                           help="keep the built-in demonstrations, ahead of the compiled ones (default: the compiled ones replace them)")
     compile_.add_argument("--threshold", type=float, help="grade a bootstrapped trace must reach (default: 0.6 decompose, 0.8 rewrite, 0.5 program)")

@@ -61,7 +61,9 @@ def test_optimizers_are_built_as_configured():
     assert isinstance(bootstrap, dspy.BootstrapFewShot)
     assert (bootstrap.max_bootstrapped_demos, bootstrap.max_labeled_demos, bootstrap.metric_threshold) == (3, 4, 0.6)
     program = make_optimizer(CompileConfig(target="program", threshold=0.3), TARGETS["program"], 10)
-    assert (program.max_labeled_demos, program.metric_threshold) == (2, 0.3)  # answers alone are no demonstrations
+    assert (program.max_labeled_demos, program.metric_threshold) == (0, 0.3)  # answers alone are no demonstrations
+    own = make_optimizer(CompileConfig(max_bootstrapped_demos=2, max_labeled_demos=0), TARGETS["decompose"], 10)
+    assert own.max_labeled_demos == 0  # DSPy's teacher keeps the program's own demonstrations (below)
     proposer = dspy.utils.DummyLM([{}])
     mipro = make_optimizer(CompileConfig(optimizer="mipro"), TARGETS["rewrite"], 10, lm=lm, prompt_lm=proposer)
     assert isinstance(mipro, dspy.MIPROv2) and (mipro.task_model, mipro.prompt_model, mipro.auto) == (lm, proposer, "light")
@@ -167,3 +169,50 @@ def test_the_built_in_demonstrations_stay_ahead_of_the_compiled_ones_when_asked(
     assert sorted(demo["question"] for demo in gold) == sorted(q.question for q in TRAINING[:2])
     assert demos == (DECOMPOSE_DEMOS + COMPARISON_DEMOS + gold if keep else gold)
     assert report["demos"]["decompose.decompose"] == len(demos)
+
+
+def test_with_no_gold_examples_the_teacher_answers_with_the_programs_own_demonstrations():
+    """DSPy's teacher swaps the program's demonstrations for gold examples whenever its
+    max_labeled_demos is above 0, so the traces copy the gold style; `--labeled-demos 0` reaches
+    DSPy as 0, and the teacher then prompts with the built-in demonstrations ("Spielberg Prize")."""
+    from optimize.compile import compile_program
+    from pipeline.program import HyperProve
+
+    prompts = []
+
+    class Recording(FieldFillingEngine):
+        def complete(self, request):
+            prompts.append(" ".join(message.text for message in request.messages))
+            return super().complete(request)
+
+    def gold_steps(fields, system, user):  # every trace passes the grade
+        asked = next(q for q in TRAINING if q.question in user)
+        return {"sub_questions": [step.question for step in asked.decomposition]}
+
+    for gold, builtin_in_prompt in ((0, True), (1, False)):
+        prompts.clear()
+        lm = dspy.LM("scripted/recording", engine=Recording(gold_steps), cache=False)
+        program = HyperProve(retriever=None)
+        settings = CompileConfig(optimizer="bootstrap", train=2, val=0, max_bootstrapped_demos=2, max_labeled_demos=gold)
+        with dspy.context(lm=lm):
+            compile_program(program, settings, TRAINING, lm)
+        assert len(prompts) == 2 and all(("Spielberg Prize" in prompt) is builtin_in_prompt for prompt in prompts)
+        demos = program.decompose.decompose.demos
+        assert [demo["question"] for demo in demos] == [q.question for q in TRAINING[:2]]
+        assert all(demo.get("augmented") for demo in demos)  # the teacher's traces, no gold example
+
+
+def test_a_predictor_no_trace_reached_keeps_its_built_in_demonstrations():
+    """The task LM answers with the question whole, below the grade: nothing is bootstrapped and,
+    with no gold examples, the optimizer leaves Decompose with no demonstrations; it keeps its own."""
+    from modules.steps import COMPARISON_DEMOS, DECOMPOSE_DEMOS
+    from optimize.compile import compile_program
+    from pipeline.program import HyperProve
+
+    lm = dspy.LM("scripted/field-filler", engine=FieldFillingEngine(scripted_reply), cache=False)
+    program = HyperProve(retriever=None)
+    settings = CompileConfig(optimizer="bootstrap", train=2, val=0, max_bootstrapped_demos=2, max_labeled_demos=0)
+    with dspy.context(lm=lm):
+        report = compile_program(program, settings, TRAINING, lm)
+    assert program.decompose.decompose.demos == DECOMPOSE_DEMOS + COMPARISON_DEMOS
+    assert report["demos"]["decompose.decompose"] == 4
