@@ -57,7 +57,7 @@ def bench(corpus: str, first: int, extractor: str, lm: dict, model=None) -> dict
     report = extract.report()
     n = len(passages)
     return {
-        "extractor": extractor, "lm": session.id, "adapter": config.lm.layout, "threads": config.lm.concurrency, "passages": n,
+        "extractor": extractor, "lm": session.id, "adapter": session.adapter, "threads": config.lm.concurrency, "passages": n,
         "characters_per_passage": round(sum(len(p.text) for p in passages) / n), "seconds": round(seconds, 1),
         "passages_per_minute": round(60 * n / seconds, 2), "facts_per_passage": round(sum(map(len, facts)) / n, 2),
         "entities_per_fact": round(sum(len(f.entities) for fs in facts for f in fs) / max(1, sum(map(len, facts))), 2),

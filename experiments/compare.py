@@ -99,33 +99,34 @@ def step_costs(side: str, rows: list[dict]) -> dict[str, dict]:
     return steps
 
 
-def cost_row(side: str, rows: list[dict], metrics: list[str]) -> str:
-    """One markdown row: a side's LM bill per question (its steps' summed) and its mean scores. Prompt
+def cost_row(side: str, rows: list[dict], steps: dict[str, dict], metrics: list[str]) -> str:
+    """One markdown row: a side's LM bill per question (its `steps`' summed) and its mean scores. Prompt
     tokens are split into those the server computed and those its prompt cache served; seconds are
     the question's wall time, so a side whose calls DSPy's cache answered (its own column) is no cost figure."""
-    spent = {name: sum(cost[name] for cost in step_costs(side, rows).values()) for name in COST_FIELDS}
+    spent = {name: sum(cost[name] for cost in steps.values()) for name in COST_FIELDS}
     seconds = sum(row["seconds"] for row in rows) / len(rows)
     cells = [f"{spent['calls']:.2f}", f"{spent['cache_hits']:.2f}", f"{spent['prompt_tokens'] - spent['cached_prompt_tokens']:.0f}",
              f"{spent['cached_prompt_tokens']:.0f}", f"{spent['completion_tokens']:.1f}", f"{seconds:.1f}"]
     return f"| {side} | " + " | ".join(cells + [f"{100 * sum(row[m] for row in rows) / len(rows):.2f}" for m in metrics]) + " |"
 
 
-def step_rows(side: str, rows: list[dict]) -> list[str]:
-    """One markdown row per LM step of a side (`step_costs`)."""
+def step_rows(side: str, steps: dict[str, dict]) -> list[str]:
+    """One markdown row per LM step of a side (its `step_costs`)."""
     return [f"| {side} | {step} | {cost['calls']:.2f} | {cost['prompt_tokens'] - cost['cached_prompt_tokens']:.0f} | "
             f"{cost['cached_prompt_tokens']:.0f} | {cost['completion_tokens']:.1f} | {cost['seconds']:.1f} |"
-            for step, cost in step_costs(side, rows).items()]
+            for step, cost in steps.items()]
 
 
 def costs(first: str, second: str, metrics: list[str], first_n: int | None = None) -> list[str]:
     """The two sides' LM bills and scores as markdown tables (whole, then per step), then the paired differences (`compare`)."""
-    sides = paired_rows(first, second, first_n)
+    sides = list(zip((first, second), paired_rows(first, second, first_n)))
+    steps = [step_costs(side, rows) for side, rows in sides]
     head = ["LM calls/q", "DSPy cache hits/q", "computed prompt tok/q", "prompt tok/q from the server's cache", "generated tok/q", "s/q"]
     lines = ["| run | " + " | ".join(head + metrics) + " |", "|---|" + "---:|" * (len(head) + len(metrics))]
-    lines += [cost_row(side, rows, metrics) for side, rows in zip((first, second), sides)]
+    lines += [cost_row(side, rows, spent, metrics) for (side, rows), spent in zip(sides, steps)]
     lines += ["", "| run | step | LM calls/q | computed prompt tok/q | prompt tok/q from the server's cache | generated tok/q | LM s/q |",
               "|---|---|---:|---:|---:|---:|---:|"]
-    lines += [line for side, rows in zip((first, second), sides) for line in step_rows(side, rows)]
+    lines += [line for (side, _), spent in zip(sides, steps) for line in step_rows(side, spent)]
     return lines + [""] + compare(first, second, metrics, first_n)
 
 
