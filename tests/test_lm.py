@@ -208,6 +208,10 @@ def test_the_lean_prefilled_adapter_sends_the_lean_request_with_the_reply_begun(
         seen[name] = lm.history[-1]
     adapter = make_adapter("lean-prefilled")
     assert isinstance(adapter, LeanChatAdapter) and isinstance(adapter, PrefilledChatAdapter)
+    from pipeline.config import ADAPTERS
+    from pipeline.lm import ADAPTER_CLASSES
+
+    assert list(ADAPTER_CLASSES) == list(ADAPTERS)  # every name the config accepts has its class, and no other
     # the lean request (reminder in the system message), then the reply begun; stopped at the completed marker
     assert seen["lean-prefilled"]["messages"] == seen["lean"]["messages"] + [{"role": "assistant", "content": "[[ ## answer ## ]]\n"}]
     assert "Respond with the corresponding output fields" in seen["lean-prefilled"]["messages"][0]["content"]
