@@ -59,6 +59,20 @@ def check_types(section, name: str) -> None:
             setattr(section, field.name, [float(v) for v in value])
 
 
+def short_repr(value, limit: int = 40) -> str:
+    """repr of a config value cut to a line's worth (a number of 400 digits is still one line)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+def check_ranges(section, name: str, ranges: dict[str, tuple]) -> None:
+    """Raise one line naming `name.field` when a numeric field lies outside its [low, high]."""
+    for field_name, (low, high) in ranges.items():
+        value = getattr(section, field_name)
+        if value is not None and not low <= value <= high:
+            raise HyperProveError(f"{name} config: {field_name}={short_repr(value)} must lie in [{low}, {high}]")
+
+
 @dataclass
 class RetrieverConfig:
     """The hyperparameters of steps 6-9 (alpha, theta, L, K and the bounds of the search)."""
@@ -76,25 +90,18 @@ class RetrieverConfig:
     # What a recorded config without these fields ran with (records made before they existed).
     RECORDED_WITHOUT = {"entity_weight": 0.0}
 
+    # The range of each field: a setting outside it cannot run (a negative K) or would run without
+    # bound (walk_steps 10**7, depth 10**400); the upper ends lie far beyond any setting measured.
+    RANGES = {"alpha": (0.0, 1.0), "theta": (0.0, 0.999999), "depth": (0, 10), "top_k": (1, 100), "n_seeds": (1, 1000),
+              "subgraph_bound": (1, 100_000), "walk_steps": (0, 50), "push_epsilon": (0.0, 1.0), "entity_weight": (0.0, 1.0)}
+
     def __post_init__(self) -> None:
         check_types(self, "retriever")
-        for name in self.out_of_range():
-            raise HyperProveError(f"retriever config: {name}={getattr(self, name)!r} is out of range")
+        check_ranges(self, "retriever", self.RANGES)
 
     def out_of_range(self) -> list[str]:
-        """The fields whose value the retriever cannot run with."""
-        within = {
-            "alpha": 0.0 <= self.alpha <= 1.0,
-            "theta": 0.0 <= self.theta < 1.0,
-            "depth": self.depth >= 0,
-            "top_k": self.top_k >= 1,
-            "n_seeds": self.n_seeds >= 1,
-            "subgraph_bound": self.subgraph_bound >= 1,
-            "walk_steps": self.walk_steps >= 0,
-            "push_epsilon": self.push_epsilon >= 0.0,
-            "entity_weight": 0.0 <= self.entity_weight <= 1.0,
-        }
-        return [name for name, ok in within.items() if not ok]
+        """The fields whose value lies outside RANGES (NaN lies outside every range)."""
+        return [name for name, (low, high) in self.RANGES.items() if not low <= getattr(self, name) <= high]
 
     @classmethod
     def from_dict(cls, values: dict) -> "RetrieverConfig":

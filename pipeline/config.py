@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from modules.config import TUNABLES, RetrieverConfig, check_types
+from modules.config import TUNABLES, RetrieverConfig, check_ranges, check_types
 from modules.errors import HyperProveError
 from pipeline.files import read_json
 
@@ -49,12 +49,10 @@ class LMConfig:
 
     def __post_init__(self) -> None:
         check_types(self, "lm")
+        check_ranges(self, "lm", {"threads": (0, 64), "max_tokens": (16, 32_768), "local_context": (1024, 131_072),
+                                  "local_cpu_threads": (0, 256), "temperature": (0.0, 2.0)})
         if self.adapter is not None and self.adapter not in ADAPTERS:
             raise HyperProveError(f"lm config: adapter={self.adapter!r} must be one of {', '.join(map(repr, ADAPTERS))}")
-        if self.threads < 0 or self.max_tokens < 16 or self.local_context < 1024 or self.local_cpu_threads < 0:
-            raise HyperProveError("lm config: threads >= 0, max_tokens >= 16, local_context >= 1024, local_cpu_threads >= 0")
-        if not 0.0 <= self.temperature <= 2.0:
-            raise HyperProveError(f"lm config: temperature={self.temperature!r} must lie in [0, 2]")
 
     @property
     def layout(self) -> str:
@@ -122,12 +120,9 @@ class ProgramConfig:
 
     def __post_init__(self) -> None:
         check_types(self, "program")
-        if self.max_hops < 1:
-            raise HyperProveError(f"program config: max_hops={self.max_hops!r} must be >= 1")
+        check_ranges(self, "program", {"max_hops": (1, 10), "entity_retries": (0, 5)})
         if self.carry not in ("supporting", "top_k"):
             raise HyperProveError(f"program config: carry={self.carry!r} must be 'supporting' or 'top_k'")
-        if not 0 <= self.entity_retries <= 5:
-            raise HyperProveError(f"program config: entity_retries={self.entity_retries!r} must lie in [0, 5]")
         if self.reader_evidence not in READER_EVIDENCE:
             raise HyperProveError(f"program config: reader_evidence={self.reader_evidence!r} must be one of {', '.join(map(repr, READER_EVIDENCE))}")
         if self.grounded_in not in ("cited", "evidence"):
@@ -156,12 +151,9 @@ class IndexConfig:
 
     def __post_init__(self) -> None:
         check_types(self, "index")
-        if not 0.0 < self.eta <= 1.0:
-            raise HyperProveError(f"index config: eta={self.eta!r} must lie in (0, 1]")
+        check_ranges(self, "index", {"eta": (1e-6, 1.0), "synonym_neighbors": (1, 1000), "exact_search_max": (1, 10**9), "batch_size": (1, 4096)})
         if self.extractor not in EXTRACTORS:
             raise HyperProveError(f"index config: extractor={self.extractor!r} must be one of {', '.join(map(repr, EXTRACTORS))}")
-        if self.synonym_neighbors < 1 or self.exact_search_max < 1 or self.batch_size < 1:
-            raise HyperProveError("index config: synonym_neighbors, exact_search_max and batch_size must be >= 1")
 
 
 @dataclass
@@ -185,8 +177,7 @@ class EvaluationConfig:
         check_types(self, "evaluation")
         if self.decomposition not in ("gold", "lm"):
             raise HyperProveError(f"evaluation config: decomposition={self.decomposition!r} must be 'gold' or 'lm'")
-        if self.limit is not None and self.limit < 1:
-            raise HyperProveError(f"evaluation config: limit={self.limit!r} must be >= 1")
+        check_ranges(self, "evaluation", {"limit": (1, 10**9)})
 
 
 @dataclass
@@ -244,8 +235,7 @@ class SweepConfig:
         check_types(self, "sweep")
         if self.objective not in SWEEP_OBJECTIVES:
             raise HyperProveError(f"sweep config: objective={self.objective!r} must be one of {', '.join(SWEEP_OBJECTIVES)}")
-        if self.trials < 1 or self.chunk < 1:
-            raise HyperProveError("sweep config: trials and chunk must be >= 1")
+        check_ranges(self, "sweep", {"trials": (1, 100_000), "chunk": (1, 100_000), "seed": (0, 2**32 - 1)})
         if (self.transfer_questions is None) != (self.transfer_corpus is None):
             raise HyperProveError("sweep config: transfer_questions and transfer_corpus go together (questions over another corpus)")
         for name, low_high in self.ranges.items():
@@ -290,10 +280,8 @@ class CompileConfig:
             raise HyperProveError(f"compile config: optimizer={self.optimizer!r} must be one of {', '.join(COMPILE_OPTIMIZERS)}")
         if self.auto not in ("light", "medium", "heavy"):
             raise HyperProveError(f"compile config: auto={self.auto!r} must be light, medium or heavy")
-        if self.budget is not None and self.budget < 1:
-            raise HyperProveError(f"compile config: budget={self.budget!r} must be >= 1")
-        if self.train < 1 or self.val < 0 or self.max_bootstrapped_demos < 0 or self.max_labeled_demos < 0:
-            raise HyperProveError("compile config: train >= 1; val, max_bootstrapped_demos and max_labeled_demos >= 0")
+        check_ranges(self, "compile", {"budget": (1, 1_000_000), "train": (1, 1_000_000), "val": (0, 1_000_000), "seed": (0, 2**32 - 1),
+                                       "max_bootstrapped_demos": (0, 64), "max_labeled_demos": (0, 64), "threshold": (0.0, 1.0)})
 
 
 _SECTIONS = {

@@ -20,6 +20,7 @@ The `sentences` extractor, rule by rule (deterministic, no model):
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 import re
@@ -119,15 +120,44 @@ def resolve_pronoun(sentence: str, subject: str) -> tuple[str, bool]:
     return sentence, False
 
 
+class Spans:
+    """Character spans taken by dates and the subject: whether a match overlaps one, or starts
+    inside one, by binary search over the merged spans (linear in the sentence, not in the
+    product of its names and dates)."""
+
+    def __init__(self, spans: list[tuple[int, int]]):
+        merged: list[list[int]] = []
+        for start, end in sorted(spans):
+            if merged and start <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], end)
+            else:
+                merged.append([start, end])
+        self.starts = [start for start, _ in merged]
+        self.ends = [end for _, end in merged]
+
+    def _last_starting_before(self, position: int) -> int:
+        return bisect.bisect_left(self.starts, position) - 1
+
+    def overlaps(self, start: int, end: int) -> bool:
+        k = self._last_starting_before(end)
+        return k >= 0 and self.ends[k] > start
+
+    def holds(self, position: int) -> bool:
+        k = bisect.bisect_right(self.starts, position) - 1
+        return k >= 0 and position < self.ends[k]
+
+
 def find_entities(sentence: str, subject: str) -> list[str]:
     """Rule 3: title, capitalised spans, dates and numbers, in order of first appearance."""
     found: list[tuple[int, str]] = []
-    taken = [(m.start(), m.end()) for m in _DATE.finditer(sentence)]
+    dates = list(_DATE.finditer(sentence))
+    taken = [(m.start(), m.end()) for m in dates]
     at = sentence.lower().find(subject.lower()) if subject else -1
     if at >= 0:
         found.append((at, subject))
         taken.append((at, at + len(subject)))
-    found += [(m.start(), m.group()) for m in _DATE.finditer(sentence)]
+    taken_spans = Spans(taken)
+    found += [(m.start(), m.group()) for m in dates]
     for match in _CAPITALISED.finditer(sentence):
         span = match.group().rstrip(".'’-")
         words = span.split()
@@ -135,12 +165,12 @@ def find_entities(sentence: str, subject: str) -> list[str]:
             words = words[1:]
         if not words or (len(words) == 1 and words[0].lower() in _FUNCTION_WORDS):
             continue
-        if any(match.start() < e and s < match.end() for s, e in taken):
+        if taken_spans.overlaps(match.start(), match.end()):
             continue
         found.append((match.start(), " ".join(words)))
     for match in _NUMBER.finditer(sentence):
         digits = re.sub(r"\D", "", match.group())
-        if len(digits) >= 2 and not any(s <= match.start() < e for s, e in taken):
+        if len(digits) >= 2 and not taken_spans.holds(match.start()):
             found.append((match.start(), match.group()))
     ordered = dict.fromkeys(name for _, name in sorted(found, key=lambda item: item[0]))
     return list(ordered)

@@ -14,6 +14,7 @@ import json
 import os
 import re
 import shutil
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterable, Iterator, Sequence
@@ -220,3 +221,50 @@ def atomic_directory(target: str | Path) -> Iterator[Path]:
         os.replace(target, retired)
     os.replace(scratch, target)
     shutil.rmtree(retired, ignore_errors=True)
+
+
+_HELD = threading.local()  # per thread: lock files it holds -> how many blocks hold each
+
+
+def lock_path(target: str | Path) -> Path:
+    """The lock file of a folder or file: beside it (`.NAME.lock`), since the target itself is
+    replaced by a rename while it is held."""
+    target = Path(target).absolute()
+    return target.with_name(f".{target.name}.lock")
+
+
+@contextmanager
+def writer_lock(target: str | Path, log: Callable[[str], None] | None = None) -> Iterator[None]:
+    """Hold the one writer's lock of `target` (an exclusive `flock` of its lock file) for the
+    block, waiting for any other holder (another process or thread), with one line saying so.
+    Held again by the same thread (a save inside an update), it does not wait for itself. The
+    kernel frees the lock of a killed process, so a kill never leaves it held."""
+    import fcntl
+
+    path = lock_path(target)
+    held = _HELD.__dict__.setdefault("counts", {})
+    if held.get(str(path)):
+        held[str(path)] += 1
+        try:
+            yield
+        finally:
+            held[str(path)] -= 1
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as handle:  # closing the descriptor releases the lock
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            if log is not None:
+                log(f"{target}: {handle.read().strip() or 'another process'} is writing it; waiting for it to finish")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"process {os.getpid()}")
+        handle.flush()
+        held[str(path)] = 1
+        try:
+            yield
+        finally:
+            held.pop(str(path), None)

@@ -33,14 +33,15 @@ from pipeline.config import IndexConfig
 from pipeline.extract import Extractor, find_entities, make_extractor, subject_name
 from pipeline.files import (
     atomic_directory, atomic_save_npy, atomic_write_json, atomic_write_jsonl, check_replaceable, clear_scratch, read_json, read_npy, recover,
-    sha256_files,
+    sha256_files, writer_lock,
 )
 
 FORMAT = "hyperprove-index"
-FORMAT_VERSION = 2  # 2: stable passage ids and the surface names that differ from their entity's name
+FORMAT_VERSION = 3  # 2: stable passage ids and surface names; 3: the manifest's own checksum and the next passage id
 SYNONYM_QUERY_CHUNK = 65_536
 SYNONYM_NPROBE = 4  # IVF lists scanned per name: synonyms (cos > 0.8) are near-duplicates, in the same cell
 DAMAGED = "; the index is damaged, rebuild it"
+MAX_NAME_WORDS = 32  # the longest span of a query looked up as an entity name
 VECTOR_SETS = {"fact": "facts.faiss", "entity": "entities.faiss", "passage": "passages.faiss"}
 
 
@@ -178,6 +179,15 @@ class HypergraphIndex:
     def generation(self) -> int:
         return self.info.get("generations", [{}])[-1].get("generation", 0)
 
+    @property
+    def next_passage_id(self) -> int:
+        """The id the next added passage gets: one above every id ever given, those of deleted
+        passages included, so that an id names one passage for the life of the index."""
+        if "next_passage_id" in self.info:
+            return int(self.info["next_passage_id"])
+        removed = [int(i) for g in self.info.get("generations", []) for i, _ in g.get("removed_passages", [])]
+        return max([-1, *self.passage_ids.tolist(), *removed]) + 1
+
     def retriever(self, config: RetrieverConfig, encode: Callable[[str], np.ndarray]) -> HypergraphRetriever:
         return HypergraphRetriever(self.hypergraph, self.fact_table, encode, config, name_entities=self.name_entities)
 
@@ -186,16 +196,27 @@ class HypergraphIndex:
         """Normalised entity name -> entity id."""
         return {key: k for k, key in enumerate(self.entity_keys)}
 
+    @cached_property
+    def longest_name(self) -> int:
+        """Words in the longest normalised entity name: a longer span of a query names nothing."""
+        return max((key.count(" ") + 1 for key in self.entity_keys if key), default=0)
+
     def name_entities(self, text: str) -> list[int]:
         """The entities of this index that a text names: the spans the `sentences` extractor's
         rules find (capitalised runs, dates, numbers), each matched by normalised name, longest
         first, word by word from the left, so that "Was the Steven Spielberg of Jaws" (one run in
-        a question) names "Steven Spielberg" and "Jaws". A part starts with a capital or a digit."""
+        a question) names "Steven Spielberg" and "Jaws". A part starts with a capital or a digit.
+        A part is at most `longest_name` words and two more (a leading article, a word such as
+        "&" that normalises to nothing), and never more than MAX_NAME_WORDS: the work grows
+        with the text's length, not with its square or cube (a 1,000-word capitalised run took
+        minutes when every span of it was tried)."""
+        most = min(self.longest_name + 2, MAX_NAME_WORDS)
         named = []
         for span in find_entities(text, ""):
             words, start = span.split(), 0
             while start < len(words):
-                ends = range(len(words), start, -1) if words[start][:1].isupper() or words[start][:1].isdigit() else ()
+                first = words[start][:1]
+                ends = range(min(len(words), start + most), start, -1) if first.isupper() or first.isdigit() else ()
                 match = next(((end, self.entity_ids[key]) for end in ends
                               if (key := normalise_entity(" ".join(words[start:end]))) and key in self.entity_ids), None)
                 if match:
@@ -256,6 +277,7 @@ def build_index(passages: list[Passage], config: IndexConfig, embedder, progress
         "config": asdict(config),
         "corpus_sha256": checksum,
         "generations": [{"generation": 0, "added": len(passages), "facts": len(facts), "corpus_sha256": checksum}],
+        "next_passage_id": len(passages),
     }
     return assemble_index(
         passages, [f.text for f in facts], np.array([f.passage for f in facts], dtype=np.int64),
@@ -372,9 +394,9 @@ def grow_index(index: HypergraphIndex, added: list[Passage], config: IndexConfig
     info = dict(index.info)
     rebuilt = settle_vector_indexes(indexes, vectors, info, config)
     synonyms = grow_synonyms(index.synonyms, vectors["entity"], indexes["entity"], len(index.entity_names), config.eta, config.synonym_neighbors)
-    first_id = int(index.passage_ids.max()) + 1 if len(index.passage_ids) else 0
+    first_id = index.next_passage_id
     checksum = corpus_checksum(passages)
-    info.update(corpus_sha256=checksum, generations=[*index.info["generations"], {
+    info.update(corpus_sha256=checksum, next_passage_id=first_id + len(added), generations=[*index.info["generations"], {
         "generation": index.generation + 1, "added": len(added), "facts": len(facts), "first_passage_id": first_id,
         "extractor": extractor.report(), "corpus_sha256": checksum, **({"rebuilt": rebuilt} if rebuilt else {})}])
     return HypergraphIndex.from_parts(passages, index.fact_text + [f.text for f in facts],
@@ -627,10 +649,25 @@ def check_index_target(directory: str | Path) -> None:
     check_replaceable(directory, None if listed is None else {"manifest.json", *listed}, "a HyperProve index")
 
 
-def save_index(index: HypergraphIndex, directory: str | Path) -> Path:
-    """Write atomically: the directory appears complete, or not at all."""
+def manifest_checksum(manifest: dict) -> str:
+    """sha256 of the manifest's fields but this one, as compact JSON with sorted keys: a hand edit
+    of any field (a corpus checksum, a count, a file's sha256) no longer passes as written."""
+    fields = {key: value for key, value in manifest.items() if key != "manifest_sha256"}
+    return hashlib.sha256(json.dumps(fields, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode()).hexdigest()
+
+
+def save_index(index: HypergraphIndex, directory: str | Path, replaces: int | None = None) -> Path:
+    """Write atomically: the directory appears complete, or not at all. One writer at a time
+    (`writer_lock`); `replaces`: the generation the directory must still hold when the new one
+    is renamed into place (an update read it), else nothing is written."""
     directory = Path(directory)
-    check_index_target(directory)
+    with writer_lock(directory):
+        check_index_target(directory)
+        _write_index(index, directory, replaces)
+    return directory
+
+
+def _write_index(index: HypergraphIndex, directory: Path, replaces: int | None) -> None:
     with atomic_directory(directory) as scratch:
         entity_ptr = index.fact_entities.indptr
         owner = np.repeat(np.arange(len(index.fact_text)), np.diff(entity_ptr))
@@ -665,8 +702,13 @@ def save_index(index: HypergraphIndex, directory: str | Path) -> Path:
             "files": {name: {"sha256": digest, "bytes": (scratch / name).stat().st_size}
                       for name, digest in zip(files, sha256_files([scratch / name for name in files]))},
         }
+        manifest["manifest_sha256"] = manifest_checksum(manifest)
         atomic_write_json(scratch / "manifest.json", manifest)
-    return directory
+        if replaces is not None:
+            now = read_manifest(directory)["generations"][-1]["generation"]
+            if now != replaces:
+                raise HyperProveError(f"{directory}: changed by another writer (generation {now}, this change was made on "
+                                      f"generation {replaces}); nothing written, run the command again")
 
 
 REQUIRED_FILES = {"passages.jsonl", "facts.jsonl", "entities.json", "entity_keys.json", "synonyms.npy",
@@ -689,10 +731,21 @@ def read_manifest(directory: str | Path) -> dict:
         raise HyperProveError(
             f"{path}: format version {manifest.get('format_version')!r}, this HyperProve reads {FORMAT_VERSION}; rebuild the index"
         )
-    shapes = {"files": dict, "counts": dict, "config": dict, "extractor": dict, "embedder": dict, "corpus_sha256": str}
+    if manifest.get("manifest_sha256") != manifest_checksum(manifest):
+        raise HyperProveError(f"{path}: its fields do not match its manifest_sha256 (edited by hand?){DAMAGED}")
+    shapes = {"files": dict, "counts": dict, "config": dict, "extractor": dict, "embedder": dict, "corpus_sha256": str,
+              "generations": list, "next_passage_id": int}
     for key, kind in shapes.items():
-        if not isinstance(manifest.get(key), kind):
+        if not isinstance(manifest.get(key), kind) or isinstance(manifest.get(key), bool):
             raise HyperProveError(f"{path}: {key!r} is missing or not a {kind.__name__}{DAMAGED}")
+    if not isinstance(manifest["extractor"].get("name"), str):
+        raise HyperProveError(f"{path}: the extractor entry needs its name{DAMAGED}")
+    if not manifest["generations"] or not all(isinstance(g, dict) and _whole(g.get("generation")) for g in manifest["generations"]):
+        raise HyperProveError(f"{path}: 'generations' must list objects, each with its generation number{DAMAGED}")
+    if "built_on" in manifest and not (isinstance(manifest["built_on"], dict) and all(map(_whole, manifest["built_on"].values()))):
+        raise HyperProveError(f"{path}: 'built_on' must map each vector set to a count{DAMAGED}")
+    if not all(map(_whole, manifest["counts"].values())) or manifest["next_passage_id"] < 0:
+        raise HyperProveError(f"{path}: 'counts' must hold whole numbers and 'next_passage_id' one >= 0{DAMAGED}")
     for name, entry in manifest["files"].items():
         if not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str) or not isinstance(entry.get("bytes"), int):
             raise HyperProveError(f"{path}: the entry of {name!r} needs its sha256 and bytes{DAMAGED}")
@@ -703,6 +756,16 @@ def read_manifest(directory: str | Path) -> dict:
     if missing:
         raise HyperProveError(f"{path}: lists no {missing[0]}; rebuild the index")
     return manifest
+
+
+def _text(value, what: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{what} is a {type(value).__name__}, not text")
+    return value
+
+
+def _whole(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _jsonl_rows(path: Path, block: int = 10_000) -> Iterator:
@@ -757,38 +820,74 @@ def load_index(directory: str | Path, expect_embedder: str | None = None, verify
         check_built_with(manifest, directory, expect)
     try:
         index = _read_index(directory, manifest)
-    except (ValueError, KeyError, TypeError, IndexError, OSError, EOFError, RuntimeError) as error:
+    except (ValueError, KeyError, TypeError, IndexError, OSError, EOFError, RuntimeError, RecursionError) as error:
         # A file that passed its checksum yet does not parse (written by hand, or truncated and re-summed).
         raise HyperProveError(f"{directory}: cannot be read ({type(error).__name__}: {str(error)[:120]}){DAMAGED}") from None
     if index.counts() != manifest.get("counts"):
         raise HyperProveError(f"{directory}/manifest.json: counts do not match the files; rebuild the index")
+    if corpus_checksum(index.passages) != manifest["corpus_sha256"]:
+        raise HyperProveError(f"{directory}/manifest.json: its corpus_sha256 is not the checksum of the passages in passages.jsonl{DAMAGED}")
     return index
+
+
+def check_vectors(directory: Path, name: str, vectors: np.ndarray, dim: int, count: int, block: int = 65_536) -> None:
+    """float32 rows of `dim`, finite and of unit norm (or all zero: a text with no words), a
+    block of rows at a time: what search and the scores of step 9 assume of every vector."""
+    if vectors.dtype != np.float32 or vectors.shape != (count, dim):
+        raise HyperProveError(f"{directory}: {name} vectors are {vectors.dtype} of shape {vectors.shape}, not float32 of "
+                              f"({count}, {dim}) as the manifest counts say{DAMAGED}")
+    for start in range(0, count, block):
+        rows = vectors[start : start + block]
+        norms = np.einsum("ij,ij->i", rows, rows)
+        bad = ~np.isfinite(norms) | ((np.abs(norms - 1.0) > 1e-3) & (norms != 0.0))
+        if bad.any():
+            row = start + int(np.argmax(bad))
+            raise HyperProveError(f"{directory}: {name} vector {row} is not finite and of unit norm (squared norm "
+                                  f"{float(norms[row - start])!r}){DAMAGED}")
+
+
+def check_ids(directory: Path, what: str, ids: np.ndarray, count: int) -> None:
+    """Every id in [0, count): a fact's passage, a listed entity, a synonym pair."""
+    if len(ids) and (ids.min() < 0 or ids.max() >= count):
+        wrong = int(ids[(ids < 0) | (ids >= count)][0])
+        raise HyperProveError(f"{directory}: {what} {wrong} is out of range (there are {count}){DAMAGED}")
 
 
 def _read_index(directory: Path, manifest: dict) -> HypergraphIndex:
     passage_ids, passages = array("q"), []
     for row in _jsonl_rows(directory / "passages.jsonl"):
         passage_ids.append(row["id"])
-        passages.append(Passage(title=row["title"], text=row["text"]))
+        passages.append(Passage(title=_text(row["title"], "a passage title"), text=_text(row["text"], "a passage text")))
     fact_text, fact_passage, lengths, listed, surfaces = [], array("q"), array("q"), array("q"), {}
     for number, fact in enumerate(_jsonl_rows(directory / "facts.jsonl")):  # columns, filled a row at a time
-        fact_text.append(fact["text"])
+        fact_text.append(_text(fact["text"], "a fact text"))
         fact_passage.append(fact["passage"])
         lengths.append(len(fact["entities"]))
         listed.extend(fact["entities"])
         for entity, name in fact.get("surfaces", ()):
-            surfaces[(number, int(entity))] = name
+            surfaces[(number, int(entity))] = _text(name, "a surface name")
     entity_names = read_json(directory / "entities.json", "entities", damaged_hint=DAMAGED)
     entity_keys = read_json(directory / "entity_keys.json", "entity keys", damaged_hint=DAMAGED)
+    if not isinstance(entity_names, list) or not isinstance(entity_keys, list) or not all(isinstance(n, str) for n in entity_names + entity_keys):
+        raise TypeError("entities.json and entity_keys.json hold lists of names")
     if len(entity_keys) != len(entity_names):
         raise HyperProveError(f"{directory}: entity_keys.json does not match entities.json{DAMAGED}")
+    check_ids(directory, "facts.jsonl names passage", np.array(fact_passage, dtype=np.int64), len(passages))
+    check_ids(directory, "facts.jsonl names entity", np.array(listed, dtype=np.int64), len(entity_names))
+    check_ids(directory, "facts.jsonl: a surface name's entity", np.array([e for _, e in surfaces], dtype=np.int64), len(entity_names))
+    ids = np.array(passage_ids, dtype=np.int64)
+    if len(np.unique(ids)) != len(ids) or (len(ids) and (ids.min() < 0 or ids.max() >= manifest["next_passage_id"])):
+        raise HyperProveError(f"{directory}: passages.jsonl holds ids that repeat or lie outside [0, next_passage_id){DAMAGED}")
     lengths = np.array(lengths, dtype=np.int64)
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
     fact_entities, entity_order = listed_incidence(  # each fact's entities are stored as it listed them
         np.repeat(np.arange(len(fact_text)), lengths), np.array(listed, dtype=np.int64),
         np.arange(lengths.sum()) - np.repeat(starts, lengths), (len(fact_text), len(entity_names)))
     pairs = read_npy(directory / "synonyms.npy").reshape(-1, 2)
+    if pairs.dtype.kind not in "iu":
+        raise TypeError(f"synonyms.npy holds {pairs.dtype}, not entity ids")
     n_entities = len(entity_names)
+    check_ids(directory, "synonyms.npy names entity", pairs.ravel().astype(np.int64), n_entities)
     synonyms = binary_csr(np.concatenate([pairs[:, 0], pairs[:, 1]]), np.concatenate([pairs[:, 1], pairs[:, 0]]), (n_entities, n_entities))
     vectors = {name: read_npy(directory / f"{name}_vectors.npy") for name in VECTOR_SETS}
     indexes = {name: VectorIndex(faiss.read_index(str(directory / index_file)),
@@ -799,7 +898,9 @@ def _read_index(directory: Path, manifest: dict) -> HypergraphIndex:
     for name, count in expected.items():
         if vectors[name].shape != (count, dim) or len(indexes[name]) != count:
             raise HyperProveError(f"{directory}: {name} vectors do not match the manifest counts; rebuild the index")
-    info = {key: manifest[key] for key in ("extractor", "embedder", "config", "corpus_sha256", "generations", "built_on") if key in manifest}
+        check_vectors(directory, name, vectors[name], dim, count)
+    info = {key: manifest[key] for key in ("extractor", "embedder", "config", "corpus_sha256", "generations", "built_on", "next_passage_id")
+            if key in manifest}
     return HypergraphIndex.from_parts(passages, fact_text, np.array(fact_passage, dtype=np.int64), fact_entities, entity_names, synonyms,
                                       vectors, indexes, info, passage_ids=np.array(passage_ids, dtype=np.int64), surfaces=surfaces,
                                       entity_keys=entity_keys, entity_order=entity_order)
@@ -853,8 +954,9 @@ def index_corpus(corpus: str | Path, out: str | Path, config, runtime=None, log:
     runtime = runtime or Runtime(config)
     extractor = extractor_for(config, runtime)
     started = time.perf_counter()
-    index = build_index(passages, config.index, runtime.embedder, progress=True, extractor=extractor)
-    save_index(index, out)
+    with writer_lock(out, log):  # a second build into the same folder waits, then replaces this one whole
+        index = build_index(passages, config.index, runtime.embedder, progress=True, extractor=extractor)
+        save_index(index, out)
     seconds = time.perf_counter() - started
     for line in describe_extraction(extractor):
         log(line)
@@ -874,21 +976,22 @@ def add_to_index(added_corpus: str | Path, directory: str | Path, config, runtim
     from pipeline.extract import describe_extraction, extractor_for
     from pipeline.runtime import Runtime
 
-    index = load_index(directory, expect=config.index)
     offered = load_corpus(added_corpus)
-    present = {(p.title, p.text) for p in index.passages}
-    added = [p for p in dict.fromkeys(offered) if (p.title, p.text) not in present]  # so that running it again adds nothing twice
-    if len(added) < len(offered):
-        log(f"{len(offered) - len(added)} of the {len(offered)} passages are in the index already (or repeated): skipped")
-    if not added:
-        log(f"{directory}: nothing to add; generation {index.generation} stays")
-        return {"index": str(directory), "generation": index.generation, "added": 0, **index.counts(), "seconds": 0.0}
-    runtime = runtime or Runtime(config)
-    extractor = extractor_for(config, runtime)
-    started = time.perf_counter()
-    before = index.counts()
-    index = grow_index(index, added, config.index, runtime.embedder, progress=True, extractor=extractor)
-    save_index(index, directory)
+    with writer_lock(directory, log):  # one writer at a time: a second waits, then adds to this one's generation
+        index = load_index(directory, expect=config.index)
+        present = {(p.title, p.text) for p in index.passages}
+        added = [p for p in dict.fromkeys(offered) if (p.title, p.text) not in present]  # so that running it again adds nothing twice
+        if len(added) < len(offered):
+            log(f"{len(offered) - len(added)} of the {len(offered)} passages are in the index already (or repeated): skipped")
+        if not added:
+            log(f"{directory}: nothing to add; generation {index.generation} stays")
+            return {"index": str(directory), "generation": index.generation, "added": 0, **index.counts(), "seconds": 0.0}
+        runtime = runtime or Runtime(config)
+        extractor = extractor_for(config, runtime)
+        started = time.perf_counter()
+        before, base = index.counts(), index.generation
+        index = grow_index(index, added, config.index, runtime.embedder, progress=True, extractor=extractor)
+        save_index(index, directory, replaces=base)
     seconds = time.perf_counter() - started
     for line in describe_extraction(extractor):
         log(line)
@@ -949,18 +1052,20 @@ def delete_from_index(deletions: str | Path, directory: str | Path, config, runt
 
     from pipeline.runtime import Runtime
 
-    index = load_index(directory, expect=config.index)
-    removed = passages_to_remove(index, read_deletions(deletions), str(deletions), log)
-    if not len(removed):
-        log(f"{directory}: nothing to delete; generation {index.generation} stays")
-        return {"index": str(directory), "generation": index.generation, "removed": 0, **index.counts(), "seconds": 0.0}
-    if len(removed) == len(index.passages):
-        raise HyperProveError(f"{deletions}: names every passage of {directory}; an index needs at least one (build a new one instead)")
-    runtime = runtime or Runtime(config)
-    started = time.perf_counter()
-    before = index.counts()
-    index = shrink_index(index, removed, config.index, runtime.embedder)
-    save_index(index, directory)
+    wanted = read_deletions(deletions)
+    with writer_lock(directory, log):  # one writer at a time: a second waits, then deletes from this one's generation
+        index = load_index(directory, expect=config.index)
+        removed = passages_to_remove(index, wanted, str(deletions), log)
+        if not len(removed):
+            log(f"{directory}: nothing to delete; generation {index.generation} stays")
+            return {"index": str(directory), "generation": index.generation, "removed": 0, **index.counts(), "seconds": 0.0}
+        if len(removed) == len(index.passages):
+            raise HyperProveError(f"{deletions}: names every passage of {directory}; an index needs at least one (build a new one instead)")
+        runtime = runtime or Runtime(config)
+        started = time.perf_counter()
+        before, base = index.counts(), index.generation
+        index = shrink_index(index, removed, config.index, runtime.embedder)
+        save_index(index, directory, replaces=base)
     seconds = time.perf_counter() - started
     change = index.info["generations"][-1]
     log(f"{directory}: generation {index.generation}, {len(removed)} passages removed ({before['passages']} -> {len(index.passages)}; "

@@ -247,10 +247,14 @@ def profile_table(steps: dict[str, dict]) -> str:
 
 
 def configure_lm_cache(cache_dir: str | Path) -> CacheLookups:
-    """DSPy's LM cache on disk under the project cache dir, unpickling restricted to safe types;
-    its lookups watched, so that a profile can tell the calls it answered."""
-    directory = Path(cache_dir) / "lm"
-    dspy.configure_cache(enable_disk_cache=True, enable_memory_cache=True, disk_cache_dir=str(directory), restrict_pickle=True)
+    """The LM cache under the project cache dir, as JSON rows (`pipeline.lm_cache`: no pickle is
+    ever read), set as DSPy's cache; its lookups watched, so that a profile can tell the calls it
+    answered."""
+    from pipeline.lm_cache import JSONCache
+
+    cache = JSONCache(Path(cache_dir))
+    with dspy._cache_lock:  # as dspy.configure_cache sets it
+        dspy.cache = cache
     return CacheLookups(dspy.cache)
 
 

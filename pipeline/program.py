@@ -161,10 +161,59 @@ class HyperProve(dspy.Module):
 
 
 # --- building and running the program --------------------------------------------------------------
+PREDICTOR_STATE = {"demos", "signature", "traces", "train", "lm"}  # what DSPy's Predict.dump_state writes for our predictors
+
+
+def _json_value(value) -> bool:
+    """Plain JSON data: strings, numbers, booleans, null, and lists and objects of them."""
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return True
+    if isinstance(value, list):
+        return all(_json_value(item) for item in value)
+    return isinstance(value, dict) and all(isinstance(key, str) and _json_value(item) for key, item in value.items())
+
+
+def program_state(state: dict, own: dict, path: str) -> dict:
+    """The part of a compiled program file that a program legitimately holds, checked: per
+    predictor its demonstrations and its signature's instructions and field texts, nothing else.
+    DSPy's `load_state` copies every key of a predictor's state onto it (a `config` key becomes
+    call-time LM arguments such as `api_base`; an `lm` key becomes the predictor's LM), so a file
+    shared between people is data to check, never state to hand over. Raises one line naming the
+    first key that does not belong and the file."""
+    def refuse(where: str, what: str) -> HyperProveError:
+        return HyperProveError(f"--program {path}: {where}: {what}; a compiled program holds only each predictor's "
+                               "demos and signature, so this file was not written by `hyperprove compile` (refused)")
+
+    checked = {}
+    for name, entry in state.items():
+        if not isinstance(entry, dict):
+            raise refuse(repr(name), f"holds a JSON {type(entry).__name__}, not a predictor's state (an object)")
+        for key in entry:
+            if key not in PREDICTOR_STATE:
+                raise refuse(f"{name}.{key}", "not part of a predictor's state")
+        if entry.get("lm") is not None:
+            raise refuse(f"{name}.lm", "names an LM; the LM is chosen by --lm and the config, never by a program file")
+        for key in ("traces", "train"):
+            if entry.get(key, []) != []:
+                raise refuse(f"{name}.{key}", "holds entries, where DSPy writes an empty list")
+        demos = entry.get("demos", [])
+        if not isinstance(demos, list) or not all(isinstance(demo, dict) and _json_value(demo) for demo in demos):
+            raise refuse(f"{name}.demos", "must be a list of objects of plain JSON values")
+        signature = entry.get("signature", own[name]["signature"])
+        fields = signature.get("fields") if isinstance(signature, dict) else None
+        if (not isinstance(signature, dict) or set(signature) - {"instructions", "fields"} or not isinstance(signature.get("instructions"), str)
+                or not isinstance(fields, list) or len(fields) != len(own[name]["signature"]["fields"])
+                or not all(isinstance(f, dict) and set(f) == {"prefix", "description"} and all(isinstance(v, str) for v in f.values()) for f in fields)):
+            raise refuse(f"{name}.signature", "must hold the instructions (text) and, per field of the predictor, its prefix and description (texts)")
+        checked[name] = {"traces": [], "train": [], "demos": demos, "signature": signature, "lm": None}
+    return checked
+
+
 def load_compiled(module: dspy.Module, path: str | None) -> dspy.Module:
     """Load a compiled program's state into `module` (a HyperProve, or a reader sharing its final
-    predictor); nothing to do without a path. A predictor the file does not hold (a program
-    compiled before that predictor existed) keeps its built-in demonstrations."""
+    predictor); nothing to do without a path. Only what `program_state` accepts is loaded. A
+    predictor the file does not hold (a program compiled before that predictor existed) keeps
+    its built-in demonstrations."""
     from pipeline.files import read_json
 
     if not path:
@@ -177,8 +226,14 @@ def load_compiled(module: dspy.Module, path: str | None) -> dspy.Module:
     own = module.dump_state()
     if not own.keys() & state.keys():
         raise HyperProveError(f"--program {path}: not a compiled HyperProve program (it holds none of the predictors {', '.join(sorted(own))})")
+    # A reader that shares the final predictor loads its part of a whole program's file.
+    known = {name for name, _ in HyperProve(None).named_predictors()} | own.keys()
+    unknown = sorted(set(state) - known - {"metadata"})
+    if unknown:
+        raise HyperProveError(f"--program {path}: {unknown[0]!r}: not a predictor of HyperProve ({', '.join(sorted(known))}); refused")
+    checked = program_state({name: entry for name, entry in state.items() if name in own}, own, path)
     try:
-        module.load_state({**own, **state})
+        module.load_state({**own, **checked})
     except (ValueError, KeyError, TypeError, AttributeError) as error:
         raise HyperProveError(f"--program {path}: not a compiled HyperProve program ({type(error).__name__}: {error})") from None
     return module

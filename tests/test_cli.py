@@ -57,7 +57,7 @@ def test_bad_index_and_retriever_and_config(files, capsys):
     (files / "cfg.json").write_text(json.dumps({"retriever": {"alpha": 7}}))
     code, _, err = run(capsys, "evaluate", "--questions", files / "questions.json", "--corpus", files / "corpus.json",
                        "--retriever", "hyperprove", "--config", files / "cfg.json")
-    assert code == 2 and err == f"error: {files / 'cfg.json'}: retriever config: alpha=7.0 is out of range\n"
+    assert code == 2 and err == f"error: {files / 'cfg.json'}: retriever config: alpha=7.0 must lie in [0.0, 1.0]\n"
 
 
 ALL_SYSTEMS = "dense,bm25,ppr,proprag,dense-facts,hypergraphrag,hyperprove-fixed,dense-iterative,hyperprove"

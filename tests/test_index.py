@@ -89,7 +89,7 @@ def test_round_trip_is_exact(built, tmp_path):
     query = built.fact_vectors[2]
     assert loaded.fact_index.search(query, 3)[1].tolist() == built.fact_index.search(query, 3)[1].tolist()
     manifest = json.loads((tmp_path / "idx" / "manifest.json").read_text())
-    assert manifest["format_version"] == 2 and manifest["embedder"] == {"id": "test-hash", "dim": 256}
+    assert manifest["format_version"] == 3 and manifest["embedder"] == {"id": "test-hash", "dim": 256}
     assert manifest["extractor"] == {"name": "sentences", "version": "1"}
     assert set(manifest["files"]) >= {"facts.jsonl", "fact_vectors.npy", "facts.faiss", "entities.faiss"}
 
@@ -153,7 +153,7 @@ def test_interrupted_save_leaves_the_old_index_intact(built, tmp_path, monkeypat
     with pytest.raises(KeyboardInterrupt):
         save_index(built, tmp_path / "idx")
     assert (tmp_path / "idx" / "manifest.json").read_text() == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]  # no scratch left behind
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".idx.lock", "idx"]  # no scratch left behind (the writer's lock file stays)
     load_index(tmp_path / "idx")
 
 
@@ -450,6 +450,7 @@ def test_an_ivf_index_grown_keeps_its_added_vectors_in_a_file_beside_it(tmp_path
     # an added part that does not belong to its index (other centroids) is refused like any damage
     (tmp_path / "grown" / "facts.added.faiss").write_bytes((tmp_path / "grown" / "passages.added.faiss").read_bytes())
     manifest["files"]["facts.added.faiss"] = manifest["files"]["passages.added.faiss"]
+    manifest["manifest_sha256"] = index_module.manifest_checksum(manifest)  # edited, and signed again
     (tmp_path / "grown" / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(HyperProveError, match=r"cannot be read \(ValueError: the added vectors' index is not an IVF index on the same"):
         load_index(tmp_path / "grown")

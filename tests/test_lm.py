@@ -254,3 +254,26 @@ def test_smoke_the_local_model_runs_the_steps_and_the_program():
     assert answering.calls >= 2 and answering.prompt_tokens > 200 and answering.completion_tokens > 0 and answering.cache_hits == 0
     assert answering.cached_prompt_tokens > 100
     assert {"BridgeRewriter", "Decomposer", "AnswerGenerator"} <= set(profile.steps)
+
+
+def test_the_lm_cache_keeps_completions_as_json_rows_across_processes(tmp_path, monkeypatch):
+    """A completion is stored as JSON text (its request without the API key beside it) and read
+    back by a later session as the same answer, marked as a cache hit."""
+    import json
+    import sqlite3
+
+    from pipeline.lm import configure_lm_cache
+    from pipeline.lm_cache import STORE_FILE
+
+    monkeypatch.setattr(dspy, "cache", dspy.cache)
+    configure_lm_cache(tmp_path)
+    lm = dspy.LM("openai/m", api_key="sk-secret", mock_response="Paris", cache=True)
+    assert lm("What is the capital of France?") == ["Paris"]
+    rows = sqlite3.connect(tmp_path / STORE_FILE).execute("SELECT request, response FROM responses").fetchall()
+    assert len(rows) == 1
+    request, response = json.loads(rows[0][0]), json.loads(rows[0][1])
+    assert request["messages"] == [{"role": "user", "content": "What is the capital of France?"}] and "sk-secret" not in rows[0][0]
+    assert response["kind"] == "chat.completion" and response["response"]["choices"][0]["message"]["content"] == "Paris"
+    configure_lm_cache(tmp_path)  # a new session: an empty memory tier, the same file
+    again = dspy.LM("openai/m", api_key="other", mock_response="Paris", cache=True)
+    assert again("What is the capital of France?") == ["Paris"] and again.history[-1]["response"].cache_hit

@@ -392,9 +392,14 @@ def saved(files, capsys):
     return files / "idx"
 
 
-def rewrite_manifest(index: Path, change) -> None:
+def rewrite_manifest(index: Path, change, sign: bool = True) -> None:
+    """Edit the manifest; `sign`: and recompute its own checksum, as a deliberate edit would."""
+    from pipeline.index import manifest_checksum
+
     manifest = json.loads((index / "manifest.json").read_text())
     change(manifest)
+    if sign:
+        manifest["manifest_sha256"] = manifest_checksum(manifest)
     (index / "manifest.json").write_text(json.dumps(manifest))
 
 
@@ -515,3 +520,83 @@ def test_vectors_of_the_wrong_shape_are_still_caught(saved):
     rewrite_manifest(saved, lambda m: m["files"].update({"passage_vectors.npy": {"sha256": sha256_file(path), "bytes": path.stat().st_size}}))
     with pytest.raises(HyperProveError, match="passage vectors do not match the manifest counts"):
         load_index(saved)
+
+
+# --- shared files that are data, not instructions ---------------------------------------------------------------------
+def compiled_file(files, change) -> Path:
+    from pipeline.program import HyperProve
+
+    HyperProve(None).save(str(files / "shared.json"))
+    state = json.loads((files / "shared.json").read_text())
+    change(state)
+    (files / "shared.json").write_text(json.dumps(state))
+    return files / "shared.json"
+
+
+@pytest.mark.parametrize("change, named", [
+    (lambda s: s["answer_hop.answer"].update(config={"api_base": "http://other-host/v1"}), "answer_hop.answer.config: not part of a predictor's state"),
+    (lambda s: s["generate.generate"].update(lm={"model": "openai/gpt-4o", "mock_response": "Paris"}),
+     "generate.generate.lm: names an LM; the LM is chosen by --lm and the config, never by a program file"),
+    (lambda s: s.update({"spy.predict": s["generate.generate"]}), None),
+    (lambda s: s["decompose.decompose"]["signature"].update(model="x"), "decompose.decompose.signature: must hold the instructions"),
+    (lambda s: s["rewrite.rewrite"].update(traces=[{"lm": "x"}]), "rewrite.rewrite.traces: holds entries, where DSPy writes an empty list"),
+])
+def test_a_program_file_holding_more_than_demos_and_signatures_is_refused(saved, files, capsys, change, named):
+    path = compiled_file(files, change)
+    code, _, err = run(capsys, "ask", saved, "Who directed Jaws?", "--embedder", "test-hash", "--program", path, "--no-track")
+    assert code == 2
+    line = one_line(err)
+    if named is None:
+        assert line.startswith(f"--program {path}: 'spy.predict': not a predictor of HyperProve (") and line.endswith("; refused")
+    else:
+        assert line.startswith(f"--program {path}: {named}"), line
+
+
+def test_a_compiled_program_file_loads_its_demos_and_instructions_and_nothing_else(files):
+    from pipeline.program import HyperProve, load_compiled
+
+    def change(state):
+        state["decompose.decompose"]["demos"] = [{"question": "Q?", "sub_questions": ["A?", "B #1?"]}]
+        state["decompose.decompose"]["signature"]["instructions"] = "Split it."
+
+    program = load_compiled(HyperProve(None), str(compiled_file(files, change)))
+    predictor = program.decompose.decompose
+    assert [dict(demo) for demo in predictor.demos] == [{"question": "Q?", "sub_questions": ["A?", "B #1?"]}]
+    assert predictor.signature.instructions == "Split it." and predictor.lm is None
+
+
+def crafted_pickle(code: str) -> bytes:
+    """Pickle protocol 4 that a module-prefix allow-list lets through: a dotted name under
+    `litellm.types.*` reaches builtins.exec, called with `code`."""
+    module, name, text = b"litellm.types.vector_store_files", b"builtins.exec", code.encode()
+    short = lambda data: b"\x8c" + bytes([len(data)]) + data  # noqa: E731 - SHORT_BINUNICODE
+    return b"\x80\x04" + short(module) + short(name) + b"\x93" + short(text) + b"\x85R."  # STACK_GLOBAL, TUPLE1, REDUCE
+
+
+def test_a_planted_lm_cache_entry_is_never_unpickled(tmp_path, monkeypatch):
+    """The crafted row, in DSPy's pickle cache where the project's LM cache lived and as the
+    response of a row of the JSON cache: looking the request up runs nothing and is a miss."""
+    import sqlite3
+
+    import dspy
+    from diskcache.core import MODE_PICKLE
+
+    from pipeline.lm import configure_lm_cache
+    from pipeline.lm_cache import STORE_FILE
+
+    monkeypatch.setattr(dspy, "cache", dspy.cache)
+    marker = tmp_path / "ran"
+    payload = crafted_pickle(f"open({str(marker)!r}, 'w').write('code ran')")
+    request = {"model": "openai/m", "messages": [{"role": "user", "content": "q"}], "_fn_identifier": "dspy.clients.lm.litellm_completion"}
+    dspy.configure_cache(enable_disk_cache=True, enable_memory_cache=False, disk_cache_dir=str(tmp_path / "cache" / "lm"), restrict_pickle=True)
+    key = dspy.cache.cache_key(request)
+    dspy.cache.disk_cache.set(key, "placeholder")
+    for shard in (tmp_path / "cache" / "lm").rglob("cache.db"):
+        with sqlite3.connect(shard) as db:
+            db.execute("UPDATE Cache SET mode = ?, value = ? WHERE key = ?", (MODE_PICKLE, payload, key))
+    configure_lm_cache(tmp_path / "cache")
+    assert dspy.cache.get(request) is None and not marker.exists()
+    with sqlite3.connect(tmp_path / "cache" / STORE_FILE) as db:
+        db.execute("INSERT INTO responses VALUES (?, ?, ?, 0)", (key + "0", "{}", payload))
+        db.execute("INSERT INTO responses VALUES (?, ?, ?, 0)", (key + "1", "{}", payload.decode("latin-1")))
+    assert dspy.cache.store.get(key + "0") is None and dspy.cache.store.get(key + "1") is None and not marker.exists()
