@@ -129,19 +129,34 @@ def _schema_question(path: Path, position: int, item, n_passages: int | None) ->
 
 
 def _native_question(path: Path, position: int, item, lookup: _PassageLookup) -> Question:
+    if not isinstance(item, dict):
+        raise HyperProveError(f"{path}: item {position} is not a JSON object")
     if "paragraphs" in item:  # MuSiQue
-        paragraphs = json_field(path, position, item, "paragraphs", list)
-        gold = [
-            lookup.find(path, position, p.get("title", ""), p.get("paragraph_text", ""))
-            for p in paragraphs if isinstance(p, dict) and p.get("is_supporting")
-        ]
+        gold = []
+        for k, paragraph in enumerate(json_field(path, position, item, "paragraphs", list)):
+            where = f"{position} paragraphs[{k}]"
+            if not isinstance(paragraph, dict):
+                raise HyperProveError(f"{path}: item {where} is not a JSON object")
+            if paragraph.get("is_supporting"):
+                gold.append(lookup.find(path, position, json_field(path, where, paragraph, "title", str),
+                                        json_field(path, where, paragraph, "paragraph_text", str)))
         steps = tuple(
-            Step(question=s.get("question", ""), answer=s.get("answer", ""), passage=None)
-            for s in item.get("question_decomposition", []) if isinstance(s, dict)
+            Step(question=json_field(path, f"{position} question_decomposition[{k}]", step, "question", str),
+                 answer=json_field(path, f"{position} question_decomposition[{k}]", step, "answer", str), passage=None)
+            for k, step in enumerate(json_field(path, position, item, "question_decomposition", list, required=False, default=[]))
         )
-    else:  # 2WikiMultihopQA, HotpotQA
-        context = {entry[0]: entry[1] for entry in json_field(path, position, item, "context", list) if isinstance(entry, list) and len(entry) == 2}
-        titles = dict.fromkeys(fact[0] for fact in json_field(path, position, item, "supporting_facts", list))
+    else:  # 2WikiMultihopQA, HotpotQA: context [[title, [sentence, ...]], ...], supporting_facts [[title, sentence id], ...]
+        context = {}
+        for k, entry in enumerate(json_field(path, position, item, "context", list)):
+            if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], str) and isinstance(entry[1], list)
+                    and all(isinstance(sentence, str) for sentence in entry[1])):
+                raise HyperProveError(f'{path}: item {position}: context[{k}] must be [title, [sentence, ...]] (texts)')
+            context[entry[0]] = entry[1]
+        titles = {}
+        for k, fact in enumerate(json_field(path, position, item, "supporting_facts", list)):
+            if not (isinstance(fact, list) and fact and isinstance(fact[0], str)):
+                raise HyperProveError(f'{path}: item {position}: supporting_facts[{k}] must be [title, sentence id], found {fact!r}'[:300])
+            titles[fact[0]] = None
         gold = [lookup.find(path, position, title, "".join(context.get(title, []))) for title in titles]
         steps = ()
     identifier = item.get("id", item.get("_id"))
@@ -152,7 +167,7 @@ def _native_question(path: Path, position: int, item, lookup: _PassageLookup) ->
         id=str(identifier),
         question=json_field(path, position, item, "question", str),
         answer=_answer_text(path, position, item),
-        answer_aliases=tuple(a for a in aliases if isinstance(a, str)),
+        answer_aliases=tuple(a for a in aliases if isinstance(a, str)) if isinstance(aliases, list) else (),
         type=str(item.get("type", "")),
         gold_passages=tuple(dict.fromkeys(gold)),
         decomposition=steps,

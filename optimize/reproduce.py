@@ -56,7 +56,7 @@ def recorded_evaluation(tracking: TrackingConfig, run_id: str) -> dict:
                 continue
             try:
                 recorded[key] = json.loads(Path(client.download_artifacts(run_id, name, scratch)).read_text(encoding="utf-8"))
-            except (ValueError, UnicodeDecodeError):
+            except (ValueError, UnicodeDecodeError, RecursionError):
                 raise HyperProveError(f"run {run_id}: its {name} artifact is not valid JSON") from None
         recorded["program"] = Path(client.download_artifacts(run_id, "program.json", scratch)).read_bytes() if "program.json" in names else None
     recorded["tags"] = dict(run.data.tags)

@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import platform
+import signal
 import socket
 import subprocess
 from contextlib import contextmanager
@@ -247,9 +248,11 @@ def is_loopback(host: str) -> bool:
 
 def ui_command(tracking, host: str = "127.0.0.1", port: int = 5000, allow_remote: bool = False) -> tuple[list[str], dict[str, str]]:
     """The `mlflow server` command line (and its environment) for a lean UI over the store:
-    one worker, no job execution, bound to loopback unless `allow_remote` says otherwise. The
-    server has no authentication: bound to another interface, anyone who reaches it reads and
-    writes every run."""
+    one worker, no job execution, bound to loopback unless `allow_remote` says otherwise, and no
+    artifact proxy (`--no-serve-artifacts`: MLflow's default accepts uploads from anyone into
+    `./mlartifacts` of the current folder; the UI reads the runs' artifacts from their own
+    location under the tracking config's folder). The server has no authentication: bound to
+    another interface, anyone who reaches it reads and writes every run."""
     import sys
 
     if not is_loopback(host) and not allow_remote:
@@ -260,25 +263,63 @@ def ui_command(tracking, host: str = "127.0.0.1", port: int = 5000, allow_remote
         sys.executable, "-m", "mlflow", "server",
         "--backend-store-uri", tracking.uri,
         "--default-artifact-root", Path(tracking.artifacts).resolve().as_uri(),
+        "--no-serve-artifacts",
         "--host", host, "--port", str(port), "--workers", "1",
     ]
     return command, {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def stop_process_group(process: subprocess.Popen, grace: float = 10.0) -> int:
+    """SIGTERM to the process and every process it started (its own group), SIGKILL to what is
+    left after `grace` seconds; returns its exit status."""
+    for sent, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, grace)):
+        try:
+            os.killpg(process.pid, sent)
+        except ProcessLookupError:
+            break
+        try:
+            process.wait(timeout=wait)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    try:
+        os.killpg(process.pid, signal.SIGKILL)  # a child (uvicorn) still there after its parent left
+    except ProcessLookupError:
+        pass
+    return process.wait()
+
+
 def serve_ui(tracking, host: str = "127.0.0.1", port: int = 5000, allow_remote: bool = False, log=print) -> dict:
-    """Run the MLflow UI over the store until Ctrl-C (see `ui_command`)."""
+    """Run the MLflow UI over the store until Ctrl-C, SIGTERM or SIGHUP (a closed terminal) (see
+    `ui_command`). The server runs in a process group of its own, which is stopped as a whole:
+    `mlflow server` starts uvicorn, which would otherwise outlive it and keep serving."""
     command, env = ui_command(tracking, host, port, allow_remote)
     url = f"http://{host}:{port}"
     if not is_loopback(host):
         log(f"warning: the tracking store is served on {host}:{port} without authentication: "
             "anyone who can reach this machine there can read and change every run")
     log(f"MLflow UI over {tracking.uri} at {url} (Ctrl-C stops it)")
-    server = subprocess.Popen(command, env={**os.environ, **env})
+    stopped: list[int] = []
+
+    def stop(number, frame):
+        stopped.append(number)
+        raise KeyboardInterrupt
+
+    previous = {number: signal.signal(number, stop) for number in STOP_SIGNALS}
+    server = subprocess.Popen(command, env={**os.environ, **env}, start_new_session=True)
     try:
         code = server.wait()
     except KeyboardInterrupt:
-        server.terminate()
-        code = server.wait()
-    if code not in (0, -15, 130):
+        code = None
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        stop_process_group(server)
+    if code is None:
+        log(f"MLflow UI stopped ({signal.Signals(stopped[0]).name if stopped else 'SIGINT'}), with every process it started")
+    elif code not in (0, -15, 130):
         raise HyperProveError(f"the MLflow server exited with status {code} (is port {port} free?)")
     return {"url": url, "tracking_uri": tracking.uri}

@@ -351,7 +351,7 @@ def valid_rows(rows) -> bool:
 def cached_extraction(path: Path) -> list[dict] | None:
     try:
         rows = json.loads(path.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None  # absent, or damaged by a crash outside the atomic write: extract again
     return rows if valid_rows(rows) else None
 

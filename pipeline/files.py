@@ -103,6 +103,8 @@ def read_json(path: str | Path, what: str, damaged_hint: str = ""):
         raise HyperProveError(f"{path}: not UTF-8 text") from None
     except json.JSONDecodeError as error:
         raise HyperProveError(f"{path}: not valid JSON ({error.msg}, line {error.lineno}){damaged_hint}") from None
+    except RecursionError:
+        raise HyperProveError(f"{path}: JSON nested too deeply to be a {what} file{damaged_hint}") from None
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:

@@ -634,7 +634,7 @@ def _listed_files(directory: Path) -> set[str] | None:
     """The files a HyperProve index manifest in `directory` lists; None when there is no such manifest."""
     try:
         manifest = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or not isinstance(manifest.get("files"), dict):
         return None

@@ -343,6 +343,64 @@ def test_ui_refuses_a_non_loopback_host_without_allow_remote(capsys, tmp_path):
     assert ui_command(TrackingConfig(uri=f"sqlite:///{tmp_path}/m.db"), "::1", 5000)[0]  # loopback needs no flag
 
 
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes `pid` started, and theirs (Linux /proc)."""
+    try:
+        children = [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+    return children + [d for child in children for d in descendants(child)]
+
+
+@pytest.mark.parametrize("stop", ["SIGTERM", "SIGHUP"])
+def test_ui_stops_its_whole_server_and_takes_no_artifact_uploads(tmp_path, stop):
+    """A closed terminal (SIGHUP) or SIGTERM used to leave `mlflow server` and its uvicorn
+    answering; and the server took unauthenticated uploads into ./mlartifacts."""
+    import signal
+    import time
+    import urllib.error
+    import urllib.request
+
+    from pipeline.files import process_alive
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    ui = subprocess.Popen([str(Path(sys.executable).with_name("hyperprove")), "ui", "--port", str(port), "--tracking-uri",
+                           f"sqlite:///{tmp_path}/m.db"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        for _ in range(240):
+            try:
+                urllib.request.urlopen(f"{url}/health", timeout=1)
+                break
+            except (urllib.error.URLError, ConnectionError):
+                time.sleep(0.5)
+        else:
+            pytest.fail("the MLflow UI did not start within 120 s")
+        upload = urllib.request.Request(f"{url}/api/2.0/mlflow-artifacts/artifacts/planted.txt", data=b"x", method="PUT")
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(upload, timeout=10)
+        assert refused.value.code == 503 and not (tmp_path / "mlartifacts").exists()
+        server = descendants(ui.pid)
+        assert len(server) >= 2  # mlflow server and its uvicorn
+        ui.send_signal(getattr(signal, stop))
+        output = ui.communicate(timeout=60)[0].decode()
+        assert ui.returncode == 0 and f"MLflow UI stopped ({stop}), with every process it started" in output
+        assert not any(process_alive(pid) for pid in server)
+        with pytest.raises(urllib.error.URLError):
+            urllib.request.urlopen(f"{url}/health", timeout=2)
+    finally:
+        if ui.poll() is None:
+            ui.kill()
+
+
 # --- late failures --------------------------------------------------------------------------------------------
 class Untouchable(HashEmbedder):
     def encode(self, texts, progress=None):
@@ -600,3 +658,226 @@ def test_a_planted_lm_cache_entry_is_never_unpickled(tmp_path, monkeypatch):
         db.execute("INSERT INTO responses VALUES (?, ?, ?, 0)", (key + "0", "{}", payload))
         db.execute("INSERT INTO responses VALUES (?, ?, ?, 0)", (key + "1", "{}", payload.decode("latin-1")))
     assert dspy.cache.store.get(key + "0") is None and dspy.cache.store.get(key + "1") is None and not marker.exists()
+
+
+# --- one writer per index, ids never given twice ---------------------------------------------------------------------
+def test_concurrent_writers_into_one_index_lose_nothing(files, capsys, monkeypatch):
+    """Two `--add`s and a `--delete` at once (threads with their own lock descriptors, each slowed
+    inside its change so that all three overlap): every batch and the deletion are in the index."""
+    import threading
+    import time
+
+    from pipeline import index as index_module
+    from pipeline.config import HyperProveConfig
+    from pipeline.index import add_to_index, delete_from_index, load_index
+
+    assert run(capsys, "index", files / "corpus.json", "--out", files / "idx", "--embedder", "test-hash")[0] == 0
+    grow, shrink = index_module.grow_index, index_module.shrink_index
+    monkeypatch.setattr(index_module, "grow_index", lambda *a, **k: (time.sleep(0.3), grow(*a, **k))[1])
+    monkeypatch.setattr(index_module, "shrink_index", lambda *a, **k: (time.sleep(0.3), shrink(*a, **k))[1])
+    batches = {name: [{"title": f"{name} {k}", "text": f"{name} {k} is a place in Ohio."} for k in range(3)] for name in ("north", "south")}
+    for name, batch in batches.items():
+        (files / f"{name}.json").write_text(json.dumps(batch))
+    (files / "gone.json").write_text(json.dumps(["Cincinnati"]))
+    config = HyperProveConfig().with_overrides(index={"embedder": "test-hash"})
+    runtime = Runtime(config, embedder=HashEmbedder())
+    lines, errors = [], []
+
+    def write(change):
+        try:
+            change()
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    writers = [threading.Thread(target=write, args=(lambda n=name: add_to_index(files / f"{n}.json", files / "idx", config, runtime, lines.append),))
+               for name in batches]
+    writers.append(threading.Thread(target=write, args=(lambda: delete_from_index(files / "gone.json", files / "idx", config, runtime, lines.append),)))
+    for writer in writers:
+        writer.start()
+        time.sleep(0.05)
+    for writer in writers:
+        writer.join()
+    assert not errors
+    index = load_index(files / "idx")
+    titles = {p.title for p in index.passages}
+    assert titles == {p["title"] for p in CORPUS if p["title"] != "Cincinnati"} | {p["title"] for b in batches.values() for p in b}
+    assert index.generation == 3 and sorted(index.passage_ids.tolist()) == [0, 1, 2, 4, 5, 6, 7, 8, 9, 10]
+    assert sum("is writing it; waiting for it to finish" in line for line in lines) >= 2
+
+
+def test_a_second_save_over_a_changed_index_is_refused(saved):
+    from pipeline.index import load_index, save_index
+
+    index = load_index(saved)
+    save_index(load_index(saved), saved)  # another writer, not using the lock, got there first: still generation 0
+    other = load_index(saved)
+    other.info["generations"] = [*other.info["generations"], {"generation": 1}]
+    save_index(other, saved)
+    with pytest.raises(HyperProveError, match=r"changed by another writer \(generation 1, this change was made on generation 0\); nothing written"):
+        save_index(index, saved, replaces=0)
+    assert load_index(saved).generation == 1
+
+
+def test_a_deleted_id_is_never_given_again(files, capsys):
+    top = len(CORPUS) - 1
+    (files / "gone.json").write_text(json.dumps([top]))
+    (files / "new.json").write_text(json.dumps([{"title": "Dayton", "text": "Dayton is a city in Ohio."}]))
+    assert run(capsys, "index", files / "corpus.json", "--out", files / "idx", "--embedder", "test-hash")[0] == 0
+    for argv in (["--delete", files / "gone.json"], ["--add", files / "new.json"]):
+        assert run(capsys, "index", *argv, "--into", files / "idx", "--embedder", "test-hash")[0] == 0
+    code, out, _ = run(capsys, "index", "--delete", files / "gone.json", "--into", files / "idx", "--embedder", "test-hash")
+    assert code == 0 and f"item 0 ({top}) was removed in generation 1: skipped" in out and "nothing to delete" in out
+    rows = [json.loads(line) for line in (files / "idx" / "passages.jsonl").read_text().splitlines()]
+    assert rows[-1] == {"id": top + 1, "title": "Dayton", "text": "Dayton is a city in Ohio."}
+    assert json.loads((files / "idx" / "manifest.json").read_text())["next_passage_id"] == top + 2
+
+
+# --- indexes verified, not trusted -------------------------------------------------------------------------------------
+def resum(index: Path, name: str):
+    """Change the manifest's entry of file `name` to its present checksum (and sign the manifest)."""
+    from pipeline.files import sha256_file
+
+    path = index / name
+    rewrite_manifest(index, lambda m: m["files"].update({name: {"sha256": sha256_file(path), "bytes": path.stat().st_size}}))
+
+
+def test_a_hand_edited_manifest_is_refused(saved):
+    from pipeline.index import load_index
+
+    rewrite_manifest(saved, lambda m: m["counts"].update(passages=4), sign=False)
+    with pytest.raises(HyperProveError, match=r"manifest.json: its fields do not match its manifest_sha256 \(edited by hand\?\); the index is damaged"):
+        load_index(saved)
+
+
+def test_another_corpus_checksum_in_the_manifest_is_refused(saved, files):
+    from pipeline.corpus import load_corpus
+    from pipeline.index import corpus_checksum, load_index
+
+    (files / "more.json").write_text(json.dumps(CORPUS + [{"title": "Dayton", "text": "Dayton is a city in Ohio."}]))
+    rewrite_manifest(saved, lambda m: m.update(corpus_sha256=corpus_checksum(load_corpus(files / "more.json"))))
+    with pytest.raises(HyperProveError, match=r"manifest.json: its corpus_sha256 is not the checksum of the passages in passages.jsonl"):
+        load_index(saved)
+
+
+@pytest.mark.parametrize("name, change, message", [
+    ("fact_vectors.npy", lambda v: np.full_like(v, np.nan), r"fact vector 0 is not finite and of unit norm \(squared norm nan\)"),
+    ("passage_vectors.npy", lambda v: (v * 100).astype(np.int8), r"passage vectors are int8 of shape \(5, 256\), not float32 of \(5, 256\)"),
+    ("entity_vectors.npy", lambda v: v * 2, r"entity vector 0 is not finite and of unit norm \(squared norm 4.0"),
+])
+def test_vectors_that_are_not_unit_float32_are_refused(saved, name, change, message):
+    from pipeline.files import atomic_save_npy
+    from pipeline.index import load_index
+
+    atomic_save_npy(saved / name, change(np.load(saved / name)))
+    resum(saved, name)
+    with pytest.raises(HyperProveError, match=message):
+        load_index(saved)
+
+
+@pytest.mark.parametrize("passage, message", [(999999, "facts.jsonl names passage 999999 is out of range"), (-1, "names passage -1 is out of range")])
+def test_a_fact_of_no_passage_is_refused_at_load(saved, passage, message):
+    from pipeline.index import load_index
+
+    lines = (saved / "facts.jsonl").read_text().splitlines()
+    lines[0] = json.dumps({**json.loads(lines[0]), "passage": passage})
+    (saved / "facts.jsonl").write_text("\n".join(lines) + "\n")
+    resum(saved, "facts.jsonl")
+    with pytest.raises(HyperProveError, match=message):
+        load_index(saved)
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda m: m.update(generations={"generation": 0}), "'generations' is missing or not a list"),
+    (lambda m: m["extractor"].pop("name"), "the extractor entry needs its name"),
+    (lambda m: m.update(built_on=[1, 2]), "'built_on' must map each vector set to a count"),
+    (lambda m: m.update(generations=[{"added": 5}]), "'generations' must list objects, each with its generation number"),
+])
+def test_hand_edited_manifest_fields_are_one_line_on_add(saved, files, capsys, change, message):
+    (files / "new.json").write_text(json.dumps([{"title": "Dayton", "text": "Dayton is a city in Ohio."}]))
+    rewrite_manifest(saved, change)
+    code, _, err = run(capsys, "index", "--add", files / "new.json", "--into", saved, "--embedder", "test-hash")
+    assert code == 2 and one_line(err) == f"{saved / 'manifest.json'}: {message}; the index is damaged, rebuild it"
+
+
+# --- bounded work on any input ----------------------------------------------------------------------------------------
+def test_naming_entities_in_a_long_capitalised_query_is_linear(saved, monkeypatch):
+    """Every span of a 1,000-word capitalised run was normalised (cubic: 133 s); now at most the
+    longest name's words and two more from each word."""
+    from pipeline import index as index_module
+    from pipeline.index import load_index
+
+    index = load_index(saved)
+    calls = []
+    normalise = index_module.normalise_entity
+    monkeypatch.setattr(index_module, "normalise_entity", lambda text: (calls.append(text), normalise(text))[1])
+    for words in (500, 1000):
+        calls.clear()
+        assert index.name_entities(" ".join(["Steven Spielberg"] + [f"Name{k}" for k in range(words)])) == [index.entity_ids["steven spielberg"]]
+        assert len(calls) <= (words + 2) * (index.longest_name + 2)
+    assert index.longest_name == 2
+
+
+def seconds(work) -> float:
+    import time
+
+    started = time.perf_counter()
+    work()
+    return time.perf_counter() - started
+
+
+def test_a_sentence_of_many_names_and_dates_is_linear():
+    """8,000 name-date pairs in one sentence took 18.8 s (each name checked against every date)."""
+    from pipeline.extract import find_entities
+
+    pairs = " ".join(f"Name{k} 3 May {1000 + k % 900}," for k in range(8000))
+    plain = " ".join(f"name{k} 3 may {1000 + k % 900}," for k in range(8000))
+    assert len(find_entities(pairs, "")) == 8000 + 900  # the names and the distinct dates
+    assert seconds(lambda: find_entities(pairs, "")) < 20 * seconds(lambda: find_entities(plain, "")) + 0.5
+
+
+@pytest.mark.parametrize("section, values, message", [
+    ("retriever", {"walk_steps": 10_000_000}, "retriever config: walk_steps=10000000 must lie in [0, 50]"),
+    ("retriever", {"depth": 10**400}, "retriever config: depth=1000000000000000000000000000000000000000... (401 characters) must lie in [0, 10]"),
+    ("retriever", {"subgraph_bound": 10**9}, "retriever config: subgraph_bound=1000000000 must lie in [1, 100000]"),
+    ("lm", {"max_tokens": 10**6}, "lm config: max_tokens=1000000 must lie in [16, 32768]"),
+    ("program", {"max_hops": 1000}, "program config: max_hops=1000 must lie in [1, 10]"),
+])
+def test_size_settings_are_bounded(tmp_path, section, values, message):
+    from pipeline.config import HyperProveConfig
+
+    (tmp_path / "c.json").write_text(json.dumps({section: values}))
+    with pytest.raises(HyperProveError) as error:
+        HyperProveConfig.from_file(tmp_path / "c.json")
+    assert str(error.value) == f"{tmp_path / 'c.json'}: {message}"
+
+
+# --- tracebacks that became one line -----------------------------------------------------------------------------------
+HOTPOT = {"_id": "h1", "question": "Which city is Jaws set near?", "answer": "Amity", "type": "bridge",
+          "context": [["Jaws (film)", ["Jaws is a 1975 thriller film directed by Steven Spielberg."]]],
+          "supporting_facts": [["Jaws (film)", 0]]}
+MUSIQUE = {"id": "m1", "question": "Who directed Jaws?", "answer": "Steven Spielberg",
+           "paragraphs": [{"title": "Jaws (film)", "paragraph_text": CORPUS[0]["text"], "is_supporting": True}],
+           "question_decomposition": [{"question": "Who directed Jaws?", "answer": "Steven Spielberg"}]}
+
+
+@pytest.mark.parametrize("item, message", [
+    ({**MUSIQUE, "paragraphs": [{**MUSIQUE["paragraphs"][0], "title": 7}]}, 'item 0 paragraphs[0]: field "title" must be str, found int'),
+    ({**MUSIQUE, "paragraphs": [{**MUSIQUE["paragraphs"][0], "paragraph_text": 7}]}, 'item 0 paragraphs[0]: field "paragraph_text" must be str, found int'),
+    ({**MUSIQUE, "question_decomposition": [{"question": 5, "answer": "x"}]}, 'item 0 question_decomposition[0]: field "question" must be str, found int'),
+    ({**HOTPOT, "supporting_facts": [1, 2]}, "item 0: supporting_facts[0] must be [title, sentence id], found 1"),
+    ({**HOTPOT, "context": [["Jaws (film)", [1, 2]]]}, "item 0: context[0] must be [title, [sentence, ...]] (texts)"),
+])
+def test_hipporag_question_files_of_the_wrong_types_are_one_line(files, item, message):
+    from experiments.data import load_questions
+    from pipeline.corpus import load_corpus
+
+    (files / "q.json").write_text(json.dumps([item]))
+    with pytest.raises(HyperProveError) as error:
+        load_questions(files / "q.json", load_corpus(files / "corpus.json"))
+    assert str(error.value) == f"{files / 'q.json'}: {message}"
+
+
+def test_json_nested_too_deeply_is_one_line(files, capsys):
+    (files / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    code, _, err = run(capsys, "index", files / "deep.json", "--out", files / "idx", "--embedder", "test-hash")
+    assert code == 2 and one_line(err) == f"{files / 'deep.json'}: JSON nested too deeply to be a corpus file"
