@@ -4,6 +4,7 @@ random points and check that nothing is lost.
     python experiments/faults.py --runs 25 --work /tmp/hyperprove-faults      # about 15 minutes on 2 cores
     python experiments/faults.py --runs 10 --jobs add                          # `index --add` alone
     python experiments/faults.py --runs 10 --jobs delete                       # `index --delete` alone
+    python experiments/faults.py --runs 20 --jobs together                     # concurrent writers into one index
 
 Each run starts one `hyperprove` command (an index build, an evaluation with the index cache
 cold or warm, a tracked sweep, `index --add` growing an index of MuSiQue's first half by its
@@ -16,6 +17,12 @@ uninterrupted run, and checks:
    anywhere in the work folder and no MLflow run is left RUNNING;
 3. the resumed command's result equals the uninterrupted run's: the same index files, the same
    metrics, the same sweep trials (parameters and values) and the same best parameters.
+
+The `together` job kills nothing: each run starts two writers into one index at once, two
+`index --add`s of different batches or an `--add` with a `--delete` (the second 0-0.5 s after the
+first, alternating), and checks that both exit 0, that the index loads and holds every passage
+of the first half but the deleted ones plus every added one, each id once and none given twice,
+and that its generation went up by two.
 
 It prints one line per run and a summary (runs, kills, violations; the last must be 0), and
 writes them as JSON to `--work`/faults.json. MuSiQue (1,749 passages) with the real embedder,
@@ -72,6 +79,7 @@ class Jobs:
         self.uri = f"sqlite:///{work}/mlflow.db"
         self.reference: dict[str, object] = {}
         self.sweeps = 0
+        self.waited = 0  # writers of the last `together` run that waited for the other
 
     def command(self, kind: str, study: str | None = None) -> list[str]:
         base = [self.python, "-m", "pipeline.cli"]
@@ -133,6 +141,42 @@ class Jobs:
         except Exception:  # noqa: BLE001 - anything unreadable is incomplete
             return False
 
+    def together(self, number: int, rng: random.Random) -> list[str]:
+        """Two writers into one index at once (see the module docstring); the problems found."""
+        from pipeline.corpus import load_corpus
+        from pipeline.index import load_index
+
+        target = self.work / "together"
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.copytree(self.work / "half", target)
+        base = load_index(target)
+        pair = ["north", "south"] if number % 2 == 0 else ["north", "delete"]
+        commands = [[self.python, "-m", "pipeline.cli", "index", *(["--delete", str(self.work / "half-deletions.json")] if name == "delete"
+                     else ["--add", str(self.work / f"{name}.json")]), "--into", str(target), "--cache-dir", str(self.cache)] for name in pair]
+        first = subprocess.Popen(commands[0], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(rng.uniform(0.0, 0.5))
+        second = subprocess.Popen(commands[1], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        outputs = [p.communicate() for p in (first, second)]
+        problems = [f"{name} exited {p.returncode}: {err.strip().splitlines()[-1:]}"
+                    for name, p, (_, err) in zip(pair, (first, second), outputs) if p.returncode != 0]
+        self.waited = sum("waiting for it to finish" in out for out, _ in outputs)
+        try:
+            index = load_index(target)
+        except Exception as error:  # noqa: BLE001 - a damaged index is the finding
+            return problems + [f"the index does not load: {error}"]
+        deleted = set(json.loads((self.work / "half-deletions.json").read_text())) if "delete" in pair else set()
+        expected = {(p.title, p.text) for k, p in enumerate(base.passages) if int(base.passage_ids[k]) not in deleted}
+        for name in pair:
+            if name != "delete":
+                expected |= {(p.title, p.text) for p in load_corpus(self.work / f"{name}.json")}
+        held = {(p.title, p.text) for p in index.passages}
+        ids = index.passage_ids.tolist()
+        if held != expected:
+            problems.append(f"{len(expected - held)} passages lost, {len(held - expected)} unexpected")
+        if len(set(ids)) != len(ids) or set(ids) & deleted or index.generation != base.generation + 2:
+            problems.append(f"ids repeated or reused, or generation {index.generation} (expected {base.generation + 2})")
+        return problems
+
     def run(self, kind: str, study: str | None = None, timeout: float = 900) -> tuple[int, float]:
         started = time.perf_counter()
         done = subprocess.run(self.command(kind, study), cwd=ROOT, capture_output=True, text=True, timeout=timeout)
@@ -154,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", default=str(ROOT.parent / "shared" / "data"))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--jobs", default="index,evaluate-cold,evaluate,sweep,add,delete",
-                        help="the commands to kill, in turn (index, evaluate-cold, evaluate, sweep, add, delete)")
+                        help="the commands to kill, in turn (index, evaluate-cold, evaluate, sweep, add, delete), or together")
     args = parser.parse_args(argv)
     kinds = args.jobs.split(",")
     for name, value in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
@@ -171,14 +215,19 @@ def main(argv: list[str] | None = None) -> int:
     (work / "first-half.json").write_text(json.dumps(passages[: len(passages) // 2]))
     (work / "second-half.json").write_text(json.dumps(passages[len(passages) // 2 :]))
     (work / "deletions.json").write_text(json.dumps(sorted(random.Random(1).sample(range(len(passages)), len(passages) // 10))))
-    if "add" in kinds:
+    if "together" in kinds:  # two batches of the second half, and 10% of the first half's ids
+        half = passages[len(passages) // 2 :]
+        (work / "north.json").write_text(json.dumps(half[:50]))
+        (work / "south.json").write_text(json.dumps(half[50:100]))
+        (work / "half-deletions.json").write_text(json.dumps(sorted(random.Random(2).sample(range(len(passages) // 2), len(passages) // 20))))
+    if "add" in kinds or "together" in kinds:
         jobs.run("half")
     if "delete" in kinds:
         jobs.run("whole")
     # References: each command uninterrupted, twice: the first fills the caches (embeddings, the
     # index cache) and gives the result to match, the second the length of a run the kills fall in.
     seconds = {}
-    for kind in dict.fromkeys(label.split("-")[0] for label in kinds):
+    for kind in dict.fromkeys(label.split("-")[0] for label in kinds if label != "together"):
         jobs.prepare(kind)
         jobs.run(kind, "reference")
         jobs.reference[kind] = jobs.result(kind, "reference")
@@ -192,6 +241,17 @@ def main(argv: list[str] | None = None) -> int:
     records, violations = [], 0
     for number in range(args.runs):
         label = kinds[number % len(kinds)]
+        if label == "together":
+            started = time.perf_counter()
+            problems = jobs.together(number, rng)
+            violations += bool(problems)
+            records.append({"run": number, "job": label, "writers": "add+add" if number % 2 == 0 else "add+delete", "killed": False,
+                            "exit": 0, "output_after_kill": "together", "seconds": round(time.perf_counter() - started, 1),
+                            "waited": jobs.waited, "problems": problems})
+            print(f"run {number:2d} together      {records[-1]['writers']:10s}: {records[-1]['seconds']:.1f} s, "
+                  f"{'one writer waited for the other' if jobs.waited else 'no wait (one had finished)'}"
+                  + (f"; PROBLEMS: {problems}" if problems else "; both changes in the index, nothing lost"), flush=True)
+            continue
         kind = label.split("-")[0]
         study = f"faults-{number}" if kind == "sweep" else None
         if label == "evaluate-cold":  # the kill may land in the cached index's build
@@ -239,6 +299,8 @@ def main(argv: list[str] | None = None) -> int:
                "sigkill": sum(r["killed"] and r["exit"] != 0 and r["signal"] == "SIGKILL" for r in records),
                "output_previous": sum(r["output_after_kill"] == "previous" for r in records),
                "output_complete": sum(r["output_after_kill"] == "complete" for r in records),
+               "writers_together": sum(r["job"] == "together" for r in records),
+               "writers_waited": sum(r.get("waited", 0) > 0 for r in records),
                "violations": violations, "reference_seconds": {k: round(v, 1) for k, v in seconds.items()}}
     (work / "faults.json").write_text(json.dumps({"summary": summary, "runs": records}, indent=1))
     print(json.dumps(summary))
