@@ -231,10 +231,10 @@ def load_compiled(module: dspy.Module, path: str | None) -> dspy.Module:
     unknown = sorted(set(state) - known - {"metadata"})
     if unknown:
         raise HyperProveError(f"--program {path}: {unknown[0]!r}: not a predictor of HyperProve ({', '.join(sorted(known))}); refused")
-    checked = program_state({name: entry for name, entry in state.items() if name in own}, own, path)
     try:
+        checked = program_state({name: entry for name, entry in state.items() if name in own}, own, path)
         module.load_state({**own, **checked})
-    except (ValueError, KeyError, TypeError, AttributeError) as error:
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as error:
         raise HyperProveError(f"--program {path}: not a compiled HyperProve program ({type(error).__name__}: {error})") from None
     return module
 
