@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from modules.config import RetrieverConfig
     from modules.facts import Passage
-    from optimize.tracking import QuestionTraces
+    from pipeline.tracing import QuestionTraces
     from pipeline.config import IndexConfig, ProgramConfig, TrackingConfig
     from pipeline.embedder import Embedder
     from pipeline.index import build_index

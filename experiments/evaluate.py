@@ -1,5 +1,5 @@
 """`hyperprove evaluate` as one function: systems on a question set and the results folder
-(`optimize.tracking.run_tracked_evaluation` adds the MLflow run).
+(`track`, e.g. `optimize.tracking.evaluation_tracker`, adds the MLflow run).
 
 Everything that can be wrong with the request (missing files, a results folder that is not one,
 a compiled program that does not load) is found before the first question, so a long evaluation
@@ -117,6 +117,9 @@ def run_evaluation(config: HyperProveConfig, runtime=None, tags: dict | None = N
     outcome = record_evaluation(config, results, out, header, index_manifest, {**source, **lm_tags, **(tags or {})}, log, track,
                                 pages=(questions, [passage.title for passage in passages]))
     shutil.rmtree(partial, ignore_errors=True)
+    if runtime.traces_started:
+        outcome["traces"] = runtime.traces.close(outcome["mlflow_run"])
+        log(f"{outcome['traces']} question traces in the run's experiment")
     return outcome
 
 

@@ -32,7 +32,7 @@ COST = ("prompt_tokens_per_question", "cached_prompt_tokens_per_question", "comp
 def recorded_evaluation(tracking: TrackingConfig, run_id: str) -> dict:
     """The results.json, index_manifest.json and compiled program (bytes) an evaluate run logged;
     the manifest and the program may be None."""
-    from optimize.tracking import connect
+    from pipeline.tracing import connect
 
     connect(tracking)
     from mlflow.exceptions import MlflowException
@@ -145,7 +145,8 @@ def reproduce(run_id: str, tracking: TrackingConfig, out: str | None = None, cac
     """Rerun run `run_id` of the tracking store; returns the new run, its folder and the deltas.
     `make_runtime(config)` gives the LM and embedder of the rerun (default: the configured ones)."""
     from experiments.harness import timestamp
-    from optimize.tracking import run_tracked_evaluation
+    from experiments.evaluate import run_evaluation
+    from optimize.tracking import evaluation_tracker
     from pipeline.provenance import git_state
 
     recorded = recorded_evaluation(tracking, run_id)
@@ -175,7 +176,8 @@ def reproduce(run_id: str, tracking: TrackingConfig, out: str | None = None, cac
             (Path(scratch) / "program.json").write_bytes(program)
             config = config.with_overrides(program={"compiled": str(Path(scratch) / "program.json")})
         runtime = make_runtime(config) if make_runtime else None
-        outcome = run_tracked_evaluation(config, runtime, tags={"hyperprove.reproduces": run_id}, check_index=check_index, log=log)
+        outcome = run_evaluation(config, runtime, tags={"hyperprove.reproduces": run_id}, check_index=check_index, log=log,
+                                 track=evaluation_tracker(config, log))
     deltas = metric_deltas(results["systems"], outcome["retrievers"])
     changed = {system: {k: d for k, d in values.items() if d != 0} for system, values in deltas.items()}
     changed = {system: values for system, values in changed.items() if values}

@@ -37,7 +37,8 @@ from optuna.trial import TrialState
 
 from modules.config import tunable_type
 from modules.errors import HyperProveError, first_line
-from optimize.tracking import make_sqlite_folder, process_alive
+from pipeline.files import process_alive
+from pipeline.tracing import make_sqlite_folder
 from pipeline.config import SweepConfig
 
 HEARTBEAT_SECONDS = 30  # a running trial writes a heartbeat this often ...

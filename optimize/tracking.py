@@ -1,4 +1,4 @@
-"""MLflow tracking: every `hyperprove evaluate` is one run holding what it takes to rerun it.
+"""MLflow runs: every `hyperprove evaluate` is one run holding what it takes to rerun it; the UI.
 
 - params: the full configuration, flattened ("retriever.alpha", "evaluation.questions", ...);
 - metrics: per system, "<system>.recall_at_5", "<system>.em", ...;
@@ -7,7 +7,8 @@
   environment record (package versions, Python).
 
 The store is SQLite (MLflow 3 retired the file store) with artifacts in a folder beside it; both
-come from `TrackingConfig`, so a test or a shared server is one config value away.
+come from `TrackingConfig`, so a test or a shared server is one config value away. The store
+connection and the per-question traces live in `pipeline.tracing`.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pathlib import Path
 
 from modules.errors import HyperProveError, first_line
 from pipeline.files import process_alive
+from pipeline.tracing import connect, experiment_id, make_sqlite_folder
 
 PACKAGES = ("dspy", "mlflow", "optuna", "faiss-cpu", "sentence-transformers", "torch", "numpy", "scipy", "xllamacpp", "bm25s")
 
@@ -40,12 +42,6 @@ def flat_params(values: dict, prefix: str = "") -> dict[str, str]:
         else:
             flat[name] = value if isinstance(value, str) else json.dumps(value)
     return flat
-
-
-def make_sqlite_folder(uri: str) -> None:
-    """A local SQLite store's folder must exist before MLflow or Optuna opens it."""
-    if uri.startswith("sqlite:///"):
-        Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
 
 
 def metric_name(system: str, key: str) -> str:
@@ -66,24 +62,6 @@ def environment() -> dict:
         except metadata.PackageNotFoundError:
             continue
     return {"python": platform.python_version(), "platform": platform.platform(), "packages": versions}
-
-
-def experiment_id(mlflow, tracking) -> str:
-    experiment = mlflow.get_experiment_by_name(tracking.experiment)
-    if experiment is not None:
-        return experiment.experiment_id
-    return mlflow.create_experiment(tracking.experiment, artifact_location=Path(tracking.artifacts).resolve().as_uri())
-
-
-def connect(tracking):
-    """mlflow, pointed at the configured store (its folder created for a local SQLite path)."""
-    import mlflow
-
-    for name in ("mlflow", "alembic"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-    make_sqlite_folder(tracking.uri)
-    mlflow.set_tracking_uri(tracking.uri)
-    return mlflow
 
 
 HOST_TAG, PID_TAG = "hyperprove.host", "hyperprove.pid"
@@ -150,91 +128,20 @@ def log_evaluation(tracking, config: dict, systems: dict[str, dict], artifacts: 
         return active_run_id(mlflow)
 
 
-class QuestionTraces:
-    """One MLflow trace per question that the LM answers (`ask`, `demo`, LM `evaluate`).
+def evaluation_tracker(config, log=print):
+    """What `experiments.evaluate.run_evaluation` takes as `track` to log an evaluation's result
+    files as one MLflow run before they are moved into place; None when tracking is off."""
+    from experiments.evaluate import run_name
 
-    DSPy's autolog gives the spans: each module of the program (Decomposer, BridgeRewriter,
-    HypergraphRetriever with its own trace in its outputs: seeds, frontier, subgraph size and
-    edges, candidates, scored facts, passages; HopAnswerer, AnswerGenerator) and under them
-    every LM call with its prompt, output and token usage. A root span per question holds them,
-    the fallbacks become its events, and `evaluate` tags the trace with the question id, the
-    gold answer, EM/F1 and whether the gold passages were reached, so the UI can filter failures.
-    """
-
-    def __init__(self, tracking, profile=None):
-        import mlflow.dspy
-
-        self.profile = profile  # the session's `pipeline.lm.LMProfile`: each call's tokens go onto its span
-        if profile is not None:
-            profile.listeners.append(self.record_call)
-        self.mlflow = connect(tracking)
-        try:
-            self.mlflow.set_experiment(experiment_id=experiment_id(self.mlflow, tracking))
-        except Exception as error:  # noqa: BLE001 - any store failure is one line for the user
-            raise HyperProveError(f"tracking store {tracking.uri}: {type(error).__name__}: {first_line(error)}") from None
-        mlflow.dspy.autolog(log_traces=True, log_traces_from_compile=False, log_traces_from_eval=False, silent=True)
-        self.ids: list[str] = []
-
-    @contextmanager
-    def question(self, text: str, system: str = "hyperprove"):
-        """The trace of one question; yields `finish(answer, fallbacks, tags)` to record its outcome."""
-        from mlflow.entities import SpanEvent
-
-        with self.mlflow.start_span(name=system, span_type="CHAIN") as root:
-            root.set_inputs({"question": text})
-
-            def finish(answer: str, fallbacks=(), tags: dict | None = None) -> None:
-                root.set_outputs({"answer": answer})
-                for note in fallbacks:
-                    root.add_event(SpanEvent("fallback", attributes={"note": note}))
-                self.mlflow.update_current_trace(tags={"hyperprove.system": system, **{k: str(v) for k, v in (tags or {}).items()}})
-
-            yield finish
-        self.ids.append(root.trace_id)
-
-    def record_call(self, step: str, call) -> None:
-        """One LM call's bill on the span that made it (DSPy's Predict span: the LM's own span has
-        ended by the time the bill is known)."""
-        span = self.mlflow.get_current_active_span()
-        if span is not None:
-            span.set_attributes({"hyperprove.step": step, "lm.prompt_tokens": call.prompt_tokens,
-                                 "lm.cached_prompt_tokens": call.cached_prompt_tokens, "lm.completion_tokens": call.completion_tokens,
-                                 "lm.seconds": round(call.seconds, 3), "lm.cache_hit": bool(call.cache_hits)})
-
-    def close(self, run_id: str | None = None) -> int:
-        """Write what is still queued, link the traces to the run that logged the results, and
-        turn autolog off again; returns the number of traces."""
-        import mlflow.dspy
-
-        self.mlflow.flush_trace_async_logging()
-        if run_id:
-            client = self.mlflow.tracking.MlflowClient()
-            for start in range(0, len(self.ids), 100):
-                client.link_traces_to_run(self.ids[start:start + 100], run_id)
-        mlflow.dspy.autolog(disable=True)
-        if self.profile is not None and self.record_call in self.profile.listeners:
-            self.profile.listeners.remove(self.record_call)
-        return len(self.ids)
-
-
-def run_tracked_evaluation(config, runtime=None, tags: dict | None = None, check_index=None, log=print) -> dict:
-    """`hyperprove evaluate`: `experiments.evaluate.run_evaluation`, with its result files logged
-    as one MLflow run (unless tracking is off) before they are moved into place."""
-    from experiments.evaluate import run_evaluation, run_name
+    if not config.tracking.enabled:
+        return None
 
     def track(paths: dict[str, Path], summaries: dict[str, dict], run_tags: dict[str, str]) -> str:
         run_id = log_evaluation(config.tracking, config.to_dict(), summaries, paths, run_name(config), run_tags)
         log(f"MLflow run {run_id} in {config.tracking.uri} (experiment {config.tracking.experiment!r}; `hyperprove ui` shows it)")
         return run_id
 
-    from pipeline.runtime import Runtime
-
-    runtime = runtime or Runtime(config)
-    outcome = run_evaluation(config, runtime, tags, check_index, log, track if config.tracking.enabled else None)
-    if runtime.traces_started:
-        outcome["traces"] = runtime.traces.close(outcome["mlflow_run"])
-        log(f"{outcome['traces']} question traces in the run's experiment")
-    return outcome
+    return track
 
 
 def is_loopback(host: str) -> bool:

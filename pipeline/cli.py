@@ -100,6 +100,14 @@ def cmd_demo(args, make_runtime) -> dict:
     return (write_demo_facts if args.write_facts else run_demo)(config, make_runtime(config))
 
 
+def cmd_evaluate(args, make_runtime) -> dict:
+    from experiments.evaluate import run_evaluation
+    from optimize.tracking import evaluation_tracker
+
+    config = build_config(args)
+    return run_evaluation(config, make_runtime(config), track=evaluation_tracker(config))
+
+
 def cmd_reproduce(args, make_runtime) -> dict:
     from optimize.reproduce import reproduce
 
@@ -214,7 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_tracking_flags(evaluate, "an MLflow run", traces=True)
     _add_config_flags(evaluate)
     _add_program_flags(evaluate)
-    evaluate.set_defaults(run=calls("optimize.tracking:run_tracked_evaluation"))
+    evaluate.set_defaults(run=cmd_evaluate)
 
     sweep = commands.add_parser("sweep", help="Optuna TPE over alpha, theta, L and K; resumable study, MLflow runs per trial")
     sweep.add_argument("--questions", help="questions JSON to optimise on (a train split)")

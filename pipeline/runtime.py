@@ -38,11 +38,11 @@ class Runtime:
 
     @cached_property
     def traces(self):
-        """`optimize.tracking.QuestionTraces` when tracking and traces are on, else None."""
+        """`pipeline.tracing.QuestionTraces` when tracking and traces are on, else None."""
         tracking = self.config.tracking
         if not (tracking.enabled and tracking.traces):
             return None
-        from optimize.tracking import QuestionTraces
+        from pipeline.tracing import QuestionTraces
 
         return QuestionTraces(tracking, self.session.profile)
 

@@ -302,7 +302,8 @@ def test_a_resumed_sweep_asks_what_an_uninterrupted_one_asked(tmp_path):
 def test_a_killed_sweep_leaves_no_mlflow_run_running(tmp_path):
     from mlflow.tracking import MlflowClient
 
-    from optimize.tracking import HOST_TAG, PID_TAG, connect, experiment_id, tracked_run
+    from optimize.tracking import HOST_TAG, PID_TAG, tracked_run
+    from pipeline.tracing import connect, experiment_id
     from pipeline.config import TrackingConfig
 
     tracking = TrackingConfig(uri=f"sqlite:///{tmp_path}/m.db", artifacts=str(tmp_path / "artifacts"))

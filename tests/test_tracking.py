@@ -44,7 +44,7 @@ def test_the_ui_serves_the_runs_on_a_loopback_port(tmp_path):
     import urllib.request
     from pathlib import Path
 
-    from optimize.tracking import connect
+    from pipeline.tracing import connect
 
     tracking = TrackingConfig(uri=f"sqlite:///{tmp_path}/mlflow.db", artifacts=str(tmp_path / "artifacts"))
     connect(tracking).create_experiment("served-here")
@@ -86,7 +86,7 @@ def test_same_index_and_metric_deltas():
 def test_a_question_trace_records_its_answer_fallbacks_and_tags(tmp_path):
     from mlflow.tracking import MlflowClient
 
-    from optimize.tracking import QuestionTraces
+    from pipeline.tracing import QuestionTraces
     from pipeline.runtime import Runtime
 
     tracking = TrackingConfig(uri=f"sqlite:///{tmp_path}/mlflow.db", artifacts=str(tmp_path / "artifacts"))
