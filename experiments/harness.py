@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from experiments.data import Question
-from experiments.gold import DensePassageSearch, evaluate_ranker, gold_sub_queries, hyperprove_chain
 from experiments.failures import failure_summary, failure_table, page_link
+from experiments.gold import DensePassageSearch, evaluate_ranker, gold_sub_queries, hyperprove_chain
 from experiments.metrics import per_type
 from modules.errors import HyperProveError
 from modules.retriever import interleave_passages

@@ -26,9 +26,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
-from experiments.harness import SYSTEMS, TYPE_SCORES, per_type_tables, results_table  # noqa: E402
 from experiments.data import load_questions  # noqa: E402
 from experiments.failures import failure_summary, failure_table, page_link  # noqa: E402
+from experiments.harness import SYSTEMS, TYPE_SCORES, per_type_tables, results_table  # noqa: E402
 from experiments.metrics import per_type, question_type  # noqa: E402
 from experiments.stats import describe_difference, paired_difference  # noqa: E402
 from modules.config import TUNABLES  # noqa: E402

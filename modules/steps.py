@@ -18,8 +18,17 @@ from dspy.utils.exceptions import AdapterParseError
 from modules.errors import HyperProveError
 from modules.facts import ScoredFact
 from modules.references import REFERENCE, fill_references, references
-from modules.signatures import (AnswerHop, ChooseAnswer, Decompose, DecomposeComparisons, ExtractedFact, ExtractEntities, ExtractFacts,
-                                GenerateAnswer, RewriteBridge)
+from modules.signatures import (
+    AnswerHop,
+    ChooseAnswer,
+    Decompose,
+    DecomposeComparisons,
+    ExtractedFact,
+    ExtractEntities,
+    ExtractFacts,
+    GenerateAnswer,
+    RewriteBridge,
+)
 
 
 class MalformedOutput(HyperProveError):

@@ -144,8 +144,8 @@ def reproduce(run_id: str, tracking: TrackingConfig, out: str | None = None, cac
               trust_record: bool = False, make_runtime=None, log=print) -> dict:
     """Rerun run `run_id` of the tracking store; returns the new run, its folder and the deltas.
     `make_runtime(config)` gives the LM and embedder of the rerun (default: the configured ones)."""
-    from experiments.harness import timestamp
     from experiments.evaluate import run_evaluation
+    from experiments.harness import timestamp
     from optimize.tracking import evaluation_tracker
     from pipeline.provenance import git_state
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import logging
 import os
 import platform
 import signal

@@ -32,8 +32,17 @@ from modules.vectors import VectorIndex
 from pipeline.config import IndexConfig
 from pipeline.extract import Extractor, find_entities, make_extractor, subject_name
 from pipeline.files import (
-    atomic_directory, atomic_save_npy, atomic_write_json, atomic_write_jsonl, check_replaceable, clear_scratch, read_json, read_npy, recover,
-    sha256_files, writer_lock,
+    atomic_directory,
+    atomic_save_npy,
+    atomic_write_json,
+    atomic_write_jsonl,
+    check_replaceable,
+    clear_scratch,
+    read_json,
+    read_npy,
+    recover,
+    sha256_files,
+    writer_lock,
 )
 
 FORMAT = "hyperprove-index"

@@ -44,8 +44,17 @@ from dspy.utils.exceptions import AdapterParseError
 from modules.errors import HyperProveError
 from modules.references import fill_references
 from modules.retriever import HypergraphRetriever, interleave_passages
-from modules.steps import (EVIDENCE_PASSAGES, AnswerGenerator, BridgeRewriter, Decomposer, HopAnswerer, MalformedOutput,
-                           answer_kind, evidence_line, fold_identities)
+from modules.steps import (
+    EVIDENCE_PASSAGES,
+    AnswerGenerator,
+    BridgeRewriter,
+    Decomposer,
+    HopAnswerer,
+    MalformedOutput,
+    answer_kind,
+    evidence_line,
+    fold_identities,
+)
 from pipeline.config import ProgramConfig
 
 # What a small model gets wrong: unparseable output, the wrong shape, values that fail validation.

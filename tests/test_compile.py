@@ -10,7 +10,14 @@ import pytest
 from experiments.data import Question, Step
 from modules.errors import HyperProveError
 from optimize.compile import (
-    TARGETS, answer_examples, decomposition_examples, grade_answer, grade_decomposition, grade_rewrite, make_optimizer, metric,
+    TARGETS,
+    answer_examples,
+    decomposition_examples,
+    grade_answer,
+    grade_decomposition,
+    grade_rewrite,
+    make_optimizer,
+    metric,
     rewrite_examples,
 )
 from pipeline.config import CompileConfig, HyperProveConfig

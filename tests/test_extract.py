@@ -4,7 +4,14 @@ import pytest
 
 from modules.errors import HyperProveError
 from modules.facts import Fact, Passage
-from pipeline.extract import SentenceExtractor, find_entities, make_extractor, resolve_pronoun, split_sentences, subject_name
+from pipeline.extract import (
+    SentenceExtractor,
+    find_entities,
+    make_extractor,
+    resolve_pronoun,
+    split_sentences,
+    subject_name,
+)
 
 
 def test_split_sentences_keeps_abbreviations_and_initials():

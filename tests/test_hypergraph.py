@@ -2,8 +2,8 @@
 
 import numpy as np
 import pytest
-
 from conftest import dense, incidence
+
 from modules.errors import HyperProveError
 from modules.hypergraph import Hypergraph, binary_csr, expand_synonyms
 

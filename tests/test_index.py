@@ -4,13 +4,13 @@ import json
 
 import numpy as np
 import pytest
-
 from conftest import dense
+
 from modules.errors import HyperProveError
 from modules.facts import Passage
+from modules.retriever import RetrieverConfig
 from pipeline import index as index_module
 from pipeline.config import IndexConfig
-from modules.retriever import RetrieverConfig
 from pipeline.index import build_index, load_index, normalise_entity, save_index, synonym_matrix
 
 CORPUS = [

@@ -10,7 +10,16 @@ import pytest
 
 from modules.errors import HyperProveError
 from pipeline.config import LMConfig
-from pipeline.lm import LMProfile, StepCost, local_model_path, make_lm, part_paths, profile_delta, profile_table, step_of
+from pipeline.lm import (
+    LMProfile,
+    StepCost,
+    local_model_path,
+    make_lm,
+    part_paths,
+    profile_delta,
+    profile_table,
+    step_of,
+)
 
 
 @pytest.fixture

@@ -303,8 +303,8 @@ def test_a_killed_sweep_leaves_no_mlflow_run_running(tmp_path):
     from mlflow.tracking import MlflowClient
 
     from optimize.tracking import HOST_TAG, PID_TAG, tracked_run
-    from pipeline.tracing import connect, experiment_id
     from pipeline.config import TrackingConfig
+    from pipeline.tracing import connect, experiment_id
 
     tracking = TrackingConfig(uri=f"sqlite:///{tmp_path}/m.db", artifacts=str(tmp_path / "artifacts"))
     mlflow = connect(tracking)

@@ -6,9 +6,24 @@ from dspy.utils import DummyLM
 
 from modules.facts import ScoredFact
 from modules.references import fill_references
-from modules.steps import (AnswerGenerator, BridgeRewriter, Decomposer, EntityExtractor, FactExtractor, HopAnswerer, MalformedOutput, contained,
-                           answer_kind, entity_problems, fold_identities, identity_name, mentioned, named_spans, named_words,
-                           supported_span)
+from modules.steps import (
+    AnswerGenerator,
+    BridgeRewriter,
+    Decomposer,
+    EntityExtractor,
+    FactExtractor,
+    HopAnswerer,
+    MalformedOutput,
+    answer_kind,
+    contained,
+    entity_problems,
+    fold_identities,
+    identity_name,
+    mentioned,
+    named_spans,
+    named_words,
+    supported_span,
+)
 
 
 def scripted(*answers):

@@ -86,8 +86,8 @@ def test_same_index_and_metric_deltas():
 def test_a_question_trace_records_its_answer_fallbacks_and_tags(tmp_path):
     from mlflow.tracking import MlflowClient
 
-    from pipeline.tracing import QuestionTraces
     from pipeline.runtime import Runtime
+    from pipeline.tracing import QuestionTraces
 
     tracking = TrackingConfig(uri=f"sqlite:///{tmp_path}/mlflow.db", artifacts=str(tmp_path / "artifacts"))
     traces = QuestionTraces(tracking)
