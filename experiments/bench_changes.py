@@ -124,7 +124,8 @@ def musique(args) -> dict:
     from pipeline.config import IndexConfig
     from pipeline.corpus import load_corpus
     from pipeline.embedder import Embedder
-    from pipeline.index import build_index, grow_index, shrink_index
+    from pipeline.index import build_index
+    from pipeline.index_changes import grow_index, shrink_index
 
     data = Path(args.data)
     corpus = load_corpus(data / "musique" / "corpus.json")
@@ -222,7 +223,9 @@ def synthetic_phase(phase: str, folder: Path, n_facts: int, n_change: int) -> di
 
     from experiments.bench_scale import synthetic_corpus, unit_vectors
     from pipeline.config import IndexConfig
-    from pipeline.index import assemble_index, grow_index, load_index, save_index, shrink_index
+    from pipeline.index import assemble_index
+    from pipeline.index_changes import grow_index, shrink_index
+    from pipeline.index_store import load_index, save_index
 
     config = IndexConfig()
     rng = np.random.default_rng({"build": 2, "add": 3, "delete": 4}[phase])

@@ -21,7 +21,7 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
 from pipeline.extract import find_entities  # noqa: E402
-from pipeline.index import load_index  # noqa: E402
+from pipeline.index_store import load_index  # noqa: E402
 
 
 def seconds(work, repeat: int = 3) -> float:

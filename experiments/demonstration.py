@@ -21,7 +21,7 @@ def run_demo(config, runtime=None, log: Callable[[str], None] = print) -> dict:
     from experiments.metrics import exact_match
     from pipeline.corpus import load_corpus
     from pipeline.extract import seed_extracted_facts
-    from pipeline.index import cached_index
+    from pipeline.index_store import cached_index
     from pipeline.program import answer_record, format_chain, program_for
     from pipeline.runtime import Runtime
 

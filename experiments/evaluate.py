@@ -53,7 +53,7 @@ def run_evaluation(config: HyperProveConfig, runtime=None, tags: dict | None = N
     from experiments.harness import PASSAGE_LEVEL, Workbench, evaluate_systems, parse_systems, write_results
     from pipeline.corpus import load_corpus
     from pipeline.files import atomic_directory
-    from pipeline.index import cached_index, load_index, read_manifest
+    from pipeline.index_store import cached_index, load_index, read_manifest
     from pipeline.program import load_compiled, program_for
     from pipeline.provenance import git_state
     from pipeline.runtime import Runtime

@@ -130,7 +130,7 @@ class Jobs:
         """The output after a kill, when it is not the previous one: is it whole and right?"""
         try:
             if kind in ("index", "add", "delete"):
-                from pipeline.index import load_index
+                from pipeline.index_store import load_index
 
                 load_index(self.output(kind))
                 return snapshot(self.output(kind)) == self.reference[kind]
@@ -144,7 +144,7 @@ class Jobs:
     def together(self, number: int, rng: random.Random) -> list[str]:
         """Two writers into one index at once (see the module docstring); the problems found."""
         from pipeline.corpus import load_corpus
-        from pipeline.index import load_index
+        from pipeline.index_store import load_index
 
         target = self.work / "together"
         shutil.rmtree(target, ignore_errors=True)

@@ -247,7 +247,7 @@ def run_compile(config, runtime=None, log: Callable[[str], None] = print) -> dic
     from optimize.tracking import active_run_id, tracked_run
     from pipeline.corpus import load_corpus
     from pipeline.files import atomic_write_json, sha256_file
-    from pipeline.index import cached_index
+    from pipeline.index_store import cached_index
     from pipeline.lm import make_lm
     from pipeline.program import program_for
     from pipeline.provenance import git_state

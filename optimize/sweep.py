@@ -65,7 +65,7 @@ def run_sweep(config: HyperProveConfig, runtime=None, log: Callable[[str], None]
     from optimize.tracking import active_run_id, metric_name, tracked_run, worker_tags
     from pipeline.corpus import load_corpus
     from pipeline.files import atomic_directory, atomic_write_json, check_replaceable
-    from pipeline.index import cached_index
+    from pipeline.index_store import cached_index
     from pipeline.program import program_for
     from pipeline.provenance import git_state
     from pipeline.runtime import Runtime

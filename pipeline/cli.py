@@ -61,7 +61,7 @@ def build_config(args: argparse.Namespace) -> HyperProveConfig:
 
 # --- the commands: config -> one call -----------------------------------------------------------------
 def cmd_index(args, make_runtime) -> dict:
-    from pipeline.index import add_to_index, delete_from_index, index_corpus
+    from pipeline.index_commands import add_to_index, delete_from_index, index_corpus
 
     config = build_config(args)
     if args.add or args.delete:

@@ -9,9 +9,10 @@ from conftest import dense
 from modules.errors import HyperProveError
 from modules.facts import Passage
 from modules.retriever import RetrieverConfig
-from pipeline import index as index_module
+from pipeline import index_store
 from pipeline.config import IndexConfig
-from pipeline.index import build_index, load_index, normalise_entity, save_index, synonym_matrix
+from pipeline.index import build_index, normalise_entity, synonym_matrix
+from pipeline.index_store import load_index, save_index
 
 CORPUS = [
     Passage("Jaws (film)", "Jaws is a 1975 film directed by Steven Spielberg. It was a box-office hit."),
@@ -107,7 +108,7 @@ def test_damaged_file_is_a_one_line_error(built, tmp_path):
 def test_json_lines_read_in_blocks_name_the_bad_line(tmp_path, block):
     """Facts are parsed a block of lines at a time; a text holding U+2028 stays one line, and a
     line that is not JSON (or holds two values) is named by its number whatever the block."""
-    from pipeline.index import _jsonl_rows
+    from pipeline.index_store import _jsonl_rows
 
     path = tmp_path / "rows.jsonl"
     rows = [{"text": "one\u2028two"}, {"text": "three"}, {"text": "four"}]
@@ -149,7 +150,7 @@ def test_interrupted_save_leaves_the_old_index_intact(built, tmp_path, monkeypat
     def crash(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(index_module.faiss, "write_index", crash)
+    monkeypatch.setattr(index_store.faiss, "write_index", crash)
     with pytest.raises(KeyboardInterrupt):
         save_index(built, tmp_path / "idx")
     assert (tmp_path / "idx" / "manifest.json").read_text() == before
@@ -176,7 +177,7 @@ GROWN = [
 
 
 def test_an_index_grown_by_adding_passages_equals_one_built_on_the_whole_corpus(hash_embedder, tmp_path):
-    from pipeline.index import grow_index
+    from pipeline.index_changes import grow_index
 
     config = IndexConfig(eta=0.7)  # hash vectors: "Spielberg" and "Steven Spielberg" are 1/sqrt(2) = 0.71 apart
     whole = build_index(GROWN, config, hash_embedder, progress=False)
@@ -204,7 +205,7 @@ def test_an_index_grown_by_adding_passages_equals_one_built_on_the_whole_corpus(
 
 
 def test_an_index_grows_only_with_the_extractor_it_was_built_with(built, hash_embedder):
-    from pipeline.index import grow_index
+    from pipeline.index_changes import grow_index
 
     class Other:
         name = "lm"
@@ -218,7 +219,7 @@ def test_grown_synonyms_equal_a_full_search_even_where_new_names_push_old_pairs_
     """Dense clusters (like dates: "2008", "May 2008", ...) give names more near neighbours than
     the lists hold, so a new name can push an old pair out; the full search is the reference."""
     from modules.vectors import VectorIndex
-    from pipeline.index import grow_synonyms
+    from pipeline.index_changes import grow_synonyms
 
     rng = np.random.default_rng(seed)
     centres = rng.normal(size=(4, 16))
@@ -258,7 +259,7 @@ def test_an_index_shrunk_by_deleting_passages_equals_one_built_without_them(hash
     accent) and takes the name of her next fact; "Spielberg", "Dennis Weaver" and "Duel" leave,
     and with "Spielberg" its synonym pair with "Steven Spielberg"."""
     from modules.retriever import RetrieverConfig
-    from pipeline.index import shrink_index
+    from pipeline.index_changes import shrink_index
 
     config = IndexConfig(eta=0.7)
     built = build_index(SHRUNK, config, hash_embedder, progress=False)
@@ -294,7 +295,7 @@ def test_an_index_shrunk_by_deleting_passages_equals_one_built_without_them(hash
 
 
 def test_passage_ids_stay_through_deletions_and_additions(hash_embedder, tmp_path):
-    from pipeline.index import grow_index, shrink_index
+    from pipeline.index_changes import grow_index, shrink_index
 
     config = IndexConfig(eta=0.7)
     index = shrink_index(build_index(GROWN[:4], config, hash_embedder, progress=False), np.array([1]), config, hash_embedder)
@@ -306,7 +307,7 @@ def test_passage_ids_stay_through_deletions_and_additions(hash_embedder, tmp_pat
 
 def test_delete_by_id_or_title_and_again(hash_embedder, tmp_path):
     from pipeline.config import HyperProveConfig
-    from pipeline.index import delete_from_index
+    from pipeline.index_commands import delete_from_index
     from pipeline.runtime import Runtime
 
     config = HyperProveConfig().with_overrides(index={"embedder": "test-hash", "eta": 0.7})
@@ -337,7 +338,7 @@ def test_shrunk_synonyms_equal_a_full_search_where_names_leave_or_change(seed):
     """A name that leaves frees a place in its neighbours' lists for another pair; a renamed one
     moves: the full search of the names left is the reference."""
     from modules.vectors import VectorIndex
-    from pipeline.index import shrink_synonyms
+    from pipeline.index_changes import shrink_synonyms
 
     rng = np.random.default_rng(seed)
     centres = rng.normal(size=(4, 16))
@@ -422,7 +423,8 @@ def test_an_ivf_index_grown_keeps_its_added_vectors_in_a_file_beside_it(tmp_path
 
     from experiments.bench_changes import PreparedFacts, RandomVectors
     from modules.hypergraph import binary_csr
-    from pipeline.index import assemble_index, corpus_checksum, grow_index
+    from pipeline.index import assemble_index, corpus_checksum
+    from pipeline.index_changes import grow_index
 
     rng = np.random.default_rng(2)
     n, names = 3000, 700
@@ -450,14 +452,14 @@ def test_an_ivf_index_grown_keeps_its_added_vectors_in_a_file_beside_it(tmp_path
     # an added part that does not belong to its index (other centroids) is refused like any damage
     (tmp_path / "grown" / "facts.added.faiss").write_bytes((tmp_path / "grown" / "passages.added.faiss").read_bytes())
     manifest["files"]["facts.added.faiss"] = manifest["files"]["passages.added.faiss"]
-    manifest["manifest_sha256"] = index_module.manifest_checksum(manifest)  # edited, and signed again
+    manifest["manifest_sha256"] = index_store.manifest_checksum(manifest)  # edited, and signed again
     (tmp_path / "grown" / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(HyperProveError, match=r"cannot be read \(ValueError: the added vectors' index is not an IVF index on the same"):
         load_index(tmp_path / "grown")
 
 
 def test_rows_kept_and_appended_in_place_or_on_a_copy():
-    from pipeline.index import ROW_CHUNK, appended_rows, kept_rows
+    from pipeline.index_changes import ROW_CHUNK, appended_rows, kept_rows
 
     rng = np.random.default_rng(0)
     vectors = rng.normal(size=(2 * ROW_CHUNK + 5, 3)).astype(np.float32)
@@ -480,7 +482,7 @@ def test_the_retrain_rule_builds_a_changed_vector_index_again_when_it_no_longer_
     """IVF lists trained on n vectors serve from n/2 to 2n; past exact_search_max the index
     becomes IVF (and exact again below it), as a fresh build would make it."""
     from modules.vectors import VectorIndex
-    from pipeline.index import settle_vector_indexes
+    from pipeline.index_changes import settle_vector_indexes
 
     rng = np.random.default_rng(0)
     pool = rng.normal(size=(7000, 8)).astype(np.float32)
@@ -509,7 +511,7 @@ def test_a_deletion_numbers_entities_as_a_build_would_even_within_one_fact(hash_
     """Cincinnati was named first (by the restaurant); with it and Jaws deleted, Steven
     Spielberg and Cincinnati are both first named by "Steven Spielberg is a director born in
     Cincinnati.", in that order: a build numbers Spielberg first, though his old id is higher."""
-    from pipeline.index import shrink_index
+    from pipeline.index_changes import shrink_index
 
     corpus = [Passage("Milky Way (restaurant)", "Léah Adler ran the Milky Way restaurant in Cincinnati."), *GROWN]
     config = IndexConfig(eta=0.7)

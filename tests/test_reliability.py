@@ -90,7 +90,7 @@ def test_line_separators_inside_a_passage_survive_the_round_trip(files, capsys):
     corpus = [{"title": "Odd", "text": "One\u2028two\u2029three\x85four. Five."}, *CORPUS]
     (files / "odd.json").write_text(json.dumps(corpus))
     assert run(capsys, "index", files / "odd.json", "--out", files / "idx", "--embedder", "test-hash")[0] == 0
-    from pipeline.index import load_index
+    from pipeline.index_store import load_index
 
     assert load_index(files / "idx").passages[0].text == "One\u2028two\u2029three\x85four. Five."
 
@@ -106,7 +106,7 @@ def test_a_lone_surrogate_is_named_not_a_traceback(files, capsys):
 def test_the_index_cache_is_keyed_on_every_setting_that_shapes_the_index(files):
     from pipeline.config import HyperProveConfig
     from pipeline.corpus import load_corpus
-    from pipeline.index import cached_index, index_key
+    from pipeline.index_store import cached_index, index_key
 
     passages = load_corpus(files / "corpus.json")
     base = HyperProveConfig().with_overrides(index={"embedder": "test-hash"}, cache_dir=str(files / "cache"))
@@ -453,7 +453,7 @@ def saved(files, capsys):
 
 def rewrite_manifest(index: Path, change, sign: bool = True) -> None:
     """Edit the manifest; `sign`: and recompute its own checksum, as a deliberate edit would."""
-    from pipeline.index import manifest_checksum
+    from pipeline.index_store import manifest_checksum
 
     manifest = json.loads((index / "manifest.json").read_text())
     change(manifest)
@@ -463,7 +463,7 @@ def rewrite_manifest(index: Path, change, sign: bool = True) -> None:
 
 
 def test_a_manifest_entry_without_its_keys_is_one_line(saved):
-    from pipeline.index import load_index
+    from pipeline.index_store import load_index
 
     rewrite_manifest(saved, lambda manifest: manifest["files"]["facts.jsonl"].pop("sha256"))
     with pytest.raises(HyperProveError, match=r"manifest.json: the entry of 'facts.jsonl' needs its sha256 and bytes; the index is damaged"):
@@ -475,7 +475,7 @@ def test_a_manifest_entry_without_its_keys_is_one_line(saved):
 
 def test_a_truncated_array_with_a_matching_checksum_is_one_line(saved):
     from pipeline.files import sha256_file
-    from pipeline.index import load_index
+    from pipeline.index_store import load_index
 
     path = saved / "fact_vectors.npy"
     path.write_bytes(path.read_bytes()[:200])
@@ -562,7 +562,7 @@ def test_scratch_of_a_killed_writer_is_removed_by_the_next_write(saved, files, c
 
 
 def test_an_index_caught_between_its_two_renames_is_put_back(saved, files):
-    from pipeline.index import load_index
+    from pipeline.index_store import load_index
 
     before = snapshot(saved)
     os.replace(saved, files / f".idx.old-{dead_pid()}")  # killed after moving the old index aside
@@ -572,7 +572,7 @@ def test_an_index_caught_between_its_two_renames_is_put_back(saved, files):
 
 def test_vectors_of_the_wrong_shape_are_still_caught(saved):
     from pipeline.files import atomic_save_npy, sha256_file
-    from pipeline.index import load_index
+    from pipeline.index_store import load_index
 
     path = saved / "passage_vectors.npy"
     atomic_save_npy(path, np.zeros((2, 256), dtype=np.float32))
@@ -668,14 +668,15 @@ def test_concurrent_writers_into_one_index_lose_nothing(files, capsys, monkeypat
     import threading
     import time
 
-    from pipeline import index as index_module
+    from pipeline import index_commands
     from pipeline.config import HyperProveConfig
-    from pipeline.index import add_to_index, delete_from_index, load_index
+    from pipeline.index_commands import add_to_index, delete_from_index
+    from pipeline.index_store import load_index
 
     assert run(capsys, "index", files / "corpus.json", "--out", files / "idx", "--embedder", "test-hash")[0] == 0
-    grow, shrink = index_module.grow_index, index_module.shrink_index
-    monkeypatch.setattr(index_module, "grow_index", lambda *a, **k: (time.sleep(0.3), grow(*a, **k))[1])
-    monkeypatch.setattr(index_module, "shrink_index", lambda *a, **k: (time.sleep(0.3), shrink(*a, **k))[1])
+    grow, shrink = index_commands.grow_index, index_commands.shrink_index
+    monkeypatch.setattr(index_commands, "grow_index", lambda *a, **k: (time.sleep(0.3), grow(*a, **k))[1])
+    monkeypatch.setattr(index_commands, "shrink_index", lambda *a, **k: (time.sleep(0.3), shrink(*a, **k))[1])
     batches = {name: [{"title": f"{name} {k}", "text": f"{name} {k} is a place in Ohio."} for k in range(3)] for name in ("north", "south")}
     for name, batch in batches.items():
         (files / f"{name}.json").write_text(json.dumps(batch))
@@ -707,7 +708,7 @@ def test_concurrent_writers_into_one_index_lose_nothing(files, capsys, monkeypat
 
 
 def test_a_second_save_over_a_changed_index_is_refused(saved):
-    from pipeline.index import load_index, save_index
+    from pipeline.index_store import load_index, save_index
 
     index = load_index(saved)
     save_index(load_index(saved), saved)  # another writer, not using the lock, got there first: still generation 0
@@ -743,7 +744,7 @@ def resum(index: Path, name: str):
 
 
 def test_a_hand_edited_manifest_is_refused(saved):
-    from pipeline.index import load_index
+    from pipeline.index_store import load_index
 
     rewrite_manifest(saved, lambda m: m["counts"].update(passages=4), sign=False)
     with pytest.raises(HyperProveError, match=r"manifest.json: its fields do not match its manifest_sha256 \(edited by hand\?\); the index is damaged"):
@@ -752,7 +753,8 @@ def test_a_hand_edited_manifest_is_refused(saved):
 
 def test_another_corpus_checksum_in_the_manifest_is_refused(saved, files):
     from pipeline.corpus import load_corpus
-    from pipeline.index import corpus_checksum, load_index
+    from pipeline.index import corpus_checksum
+    from pipeline.index_store import load_index
 
     (files / "more.json").write_text(json.dumps(CORPUS + [{"title": "Dayton", "text": "Dayton is a city in Ohio."}]))
     rewrite_manifest(saved, lambda m: m.update(corpus_sha256=corpus_checksum(load_corpus(files / "more.json"))))
@@ -767,7 +769,7 @@ def test_another_corpus_checksum_in_the_manifest_is_refused(saved, files):
 ])
 def test_vectors_that_are_not_unit_float32_are_refused(saved, name, change, message):
     from pipeline.files import atomic_save_npy
-    from pipeline.index import load_index
+    from pipeline.index_store import load_index
 
     atomic_save_npy(saved / name, change(np.load(saved / name)))
     resum(saved, name)
@@ -777,7 +779,7 @@ def test_vectors_that_are_not_unit_float32_are_refused(saved, name, change, mess
 
 @pytest.mark.parametrize("passage, message", [(999999, "facts.jsonl names passage 999999 is out of range"), (-1, "names passage -1 is out of range")])
 def test_a_fact_of_no_passage_is_refused_at_load(saved, passage, message):
-    from pipeline.index import load_index
+    from pipeline.index_store import load_index
 
     lines = (saved / "facts.jsonl").read_text().splitlines()
     lines[0] = json.dumps({**json.loads(lines[0]), "passage": passage})
@@ -805,7 +807,7 @@ def test_naming_entities_in_a_long_capitalised_query_is_linear(saved, monkeypatc
     """Every span of a 1,000-word capitalised run was normalised (cubic: 133 s); now at most the
     longest name's words and two more from each word."""
     from pipeline import index as index_module
-    from pipeline.index import load_index
+    from pipeline.index_store import load_index
 
     index = load_index(saved)
     calls = []
