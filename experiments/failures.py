@@ -23,7 +23,7 @@ from typing import Callable, Sequence
 from experiments.data import Question
 from experiments.metrics import f1_score
 from modules.references import references
-from modules.steps import lower_words, named_words
+from modules.text_rules import lower_words, named_words
 from pipeline.pages import reached_passages
 
 STAGES = ("decomposition", "retrieval", "bridge", "final reader")

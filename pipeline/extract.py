@@ -323,7 +323,7 @@ class LMEntityExtractor(LMExtractor):
         return EntityExtractor()
 
     def rows(self, passage: Passage, output) -> list[dict]:
-        from modules.steps import mentioned
+        from modules.text_rules import mentioned
 
         return [{"text": fact.text, "entities": mentioned(output.entities, fact.text)} for fact in SentenceExtractor().extract_passage(passage, 0)]
 

@@ -51,10 +51,9 @@ from modules.steps import (
     Decomposer,
     HopAnswerer,
     MalformedOutput,
-    answer_kind,
     evidence_line,
-    fold_identities,
 )
+from modules.text_rules import answer_kind, fold_identities
 from pipeline.config import ProgramConfig
 
 # What a small model gets wrong: unparseable output, the wrong shape, values that fail validation.

@@ -204,7 +204,7 @@ def test_the_question_channel_leads_the_interleaved_passages(retriever):
 
 
 def test_checked_decomposition_and_grounded_hops_show_in_the_fallbacks(retriever):
-    from modules.steps import supported_span
+    from modules.text_rules import supported_span
 
     # the decomposer keeps dropping "Jaws"; the first hop's answer is in no fact: asked again, then replaced
     answers = script(**{DECOMPOSE: {"sub_questions": ["Who directed the film?"]},

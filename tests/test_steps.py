@@ -14,6 +14,8 @@ from modules.steps import (
     FactExtractor,
     HopAnswerer,
     MalformedOutput,
+)
+from modules.text_rules import (
     answer_kind,
     contained,
     entity_problems,
@@ -232,13 +234,13 @@ def test_hop_answerer_shows_numbered_facts_with_titles():
     ("Who was born first, Jaws or jaws?", []),  # the same option twice
 ])
 def test_question_options_are_the_answers_a_question_names(question, options):
-    from modules.steps import question_options
+    from modules.text_rules import question_options
 
     assert question_options(question) == options
 
 
 def test_an_answer_names_an_option_by_its_words_either_way():
-    from modules.steps import names_an_option
+    from modules.text_rules import names_an_option
 
     options = ["Hänt Extra", "Tea Moderna"]
     assert names_an_option("Tea Moderna (magazine)", options) and names_an_option("the Tea Moderna", options)
@@ -290,7 +292,7 @@ def test_every_step_ships_demonstrations(module, demos):
 
 
 def test_the_extraction_budget_follows_the_passage_length():
-    from modules.steps import extraction_budget
+    from modules.text_rules import extraction_budget
 
     lm = DummyLM([{"entities": ["Jaws"], "facts": ["Jaws was directed by Steven Spielberg."]}])
     with dspy.context(lm=lm):
@@ -300,7 +302,7 @@ def test_the_extraction_budget_follows_the_passage_length():
 
 
 def test_the_built_in_decompositions_pass_the_entity_check():
-    from modules.steps import COMPARISON_DEMOS, DECOMPOSE_DEMOS
+    from modules.demos import COMPARISON_DEMOS, DECOMPOSE_DEMOS
 
     demos = DECOMPOSE_DEMOS + COMPARISON_DEMOS
     assert [entity_problems(demo.question, demo.sub_questions) for demo in demos] == [[]] * len(demos)

@@ -1,0 +1,272 @@
+"""English text rules the LM steps check their output with: content and named words, dates and
+numbers, the kind of answer a question asks for, spans of facts, identity questions and the
+options a question names. No LM here: each rule is a few lines a test works out by hand.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Sequence
+
+from modules.facts import ScoredFact
+from modules.references import REFERENCE
+
+
+def squashed(text: object) -> str:
+    """The text on one line, whitespace runs as single spaces (None as "")."""
+    return " ".join(str(text or "").split()).strip()
+
+
+# --- checks on what the LM wrote -----------------------------------------------------------------
+_STOPWORDS = frozenset(
+    "the a an and or of in on at to for by with from as is was were are be been has had have it its his her "
+    "their he she they this that which who whom also not but into after before during".split()
+)
+GROUNDED_SHARE = 0.6  # of a fact's content words that must occur in its passage
+
+
+def content_words(text: str) -> set[str]:
+    return {w for w in re.findall(r"\w+", text.lower()) if w not in _STOPWORDS}
+
+
+def _supported(entity: str, source: set[str]) -> bool:
+    words = content_words(entity)
+    return bool(words) and words <= source
+
+
+def supported_entities(listed, source: set[str]) -> list[str]:
+    """The listed entities whose words the source has, each once, whitespace normalised."""
+    return list(dict.fromkeys(e for e in (squashed(e) for e in listed or []) if _supported(e, source)))
+
+
+def fact_grounded(fact: str, source: set[str]) -> bool:
+    words = content_words(fact)
+    return bool(words) and len(words & source) >= GROUNDED_SHARE * len(words)
+
+
+def entity_budget(title: str, passage: str) -> int:
+    """Output tokens for one passage's entities: about a third of the passage, as a list of names
+    is much shorter than the facts (`extraction_budget`)."""
+    return min(384, 48 + len(title + passage) // 12)
+
+
+def extraction_budget(title: str, passage: str) -> int:
+    """Output tokens for one passage's facts and entities: about twice the passage (a token is
+    about 4 characters), so a small model that starts repeating itself stops early instead of
+    filling 1,024 tokens (2-3 minutes on 2 cores) before the retry."""
+    return min(1024, 96 + len(title + passage) // 2)
+
+
+# Words that open questions or join names: capitalised at the start of a question, never a name.
+_FUNCTION_WORDS = _STOPWORDS | frozenset(
+    "what when where which why how whose do does did can could would will shall should may might must there "
+    "name named same both either neither first last".split()
+)
+_WORD = re.compile(r"\w+")
+_JOINERS = frozenset("of de del della da das do dos du di von van der den la le les el y and the".split())
+
+
+def lower_words(text: str) -> set[str]:
+    return {w.lower() for w in _WORD.findall(text)}
+
+
+def named_words(text: str, skip_first: bool = False) -> set[str]:
+    """The words that name something (lower-cased): capitalised ones other than question and
+    function words and single letters, and numbers. "#k" references are not names. With
+    `skip_first`, a first word capitalised only because it starts the sentence does not count."""
+    words = _WORD.findall(REFERENCE.sub(" ", text))
+    if skip_first and words and not words[0][0].isdigit():
+        words = words[1:]
+    return {w.lower() for w in words if (w[0].isupper() and len(w) > 1 or w[0].isdigit()) and w.lower() not in _FUNCTION_WORDS}
+
+
+def entity_problems(question: str, sub_questions: Sequence[str]) -> list[str]:
+    """What a decomposition gets wrong about the question's names, by rule: a named word of the
+    question no sub-question has ("drops 'jaws'"), or a named word no part of the question has
+    ("invents '1975'"). A 1.5B decomposer does both, and a chain that starts from the wrong
+    entity cannot recover. Words in brackets ("Inherent Vice (Film)") may be left out."""
+    asked = lower_words(question)
+    written = set().union(*(lower_words(REFERENCE.sub(" ", q)) for q in sub_questions))
+    dropped = sorted(named_words(re.sub(r"\([^()]*\)", " ", question), skip_first=True) - written)
+    invented = sorted(set().union(*(named_words(q, skip_first=True) for q in sub_questions)) - asked)
+    return [f"drops {w!r}" for w in dropped] + [f"invents {w!r}" for w in invented]
+
+
+def contained(answer: str, texts: Sequence[str]) -> bool:
+    """Whether the texts contain the answer: all its content words (yes/no always counts)."""
+    words = content_words(answer)
+    if not words or words <= {"yes", "no"}:
+        return True
+    return words <= content_words(" ".join(texts))
+
+
+def named_spans(text: str) -> list[str]:
+    """Runs of capitalised words and numbers ("Steven Spielberg", "February 21, 2017", "Duke of
+    York"), in order; lower-case joiners ("of", "de", "van") may sit inside a run."""
+    spans, run, pending = [], [], []
+    for match in re.finditer(r"\w+(?:['’.-]\w+)*|,", text):
+        token = match.group()
+        if token[0].isupper() or token[0].isdigit():
+            run += pending + [token]
+            pending = []
+        elif run and (token.lower() in _JOINERS or token == ","):
+            pending.append(token)
+        else:
+            if run:
+                spans.append(run)
+            run, pending = [], []
+    if run:
+        spans.append(run)
+    return [" ".join(run).replace(" ,", ",") for run in spans]
+
+
+# A date ("21 February 2017", "February 21, 2017", "May 3", a year of 3-4 digits that is no part of
+# a longer number) and a number ("12,000", "3.5"): the spans a "when" and a "how many" hop take.
+_MONTH = r"(?:January|February|March|April|May|June|July|August|September|October|November|December)"
+DATE = re.compile(rf"\b(?:\d{{1,2}} )?{_MONTH}(?: \d{{1,2}})?,? \d{{3,4}}\b|\b{_MONTH} \d{{1,2}}\b|(?<![\w,.])\d{{3,4}}(?![\w]|[,.]\d)")
+NUMBER = re.compile(r"(?<![\w,.])\d+(?:[.,]\d+)*(?!\w|[.,]\d)")
+_ASKS_DATE = re.compile(r"^\W*when\b|\b(?:what|which) (?:year|date|day|month|century)\b|\b(?:date|year) of\b", re.IGNORECASE)
+_ASKS_NUMBER = re.compile(r"\bhow (?:many|much|long|old|tall|far|big|large|high)\b|\b(?:age|population)\b", re.IGNORECASE)
+
+
+def answer_kind(query: str, answer: str = "") -> str:
+    """What a hop asks for: "date" (its query asks when or what year, or the reader answered a
+    date), "number" (how many, how old, ...; or a number answered), else "name"."""
+    answer = answer.strip()
+    if _ASKS_DATE.search(query) or DATE.fullmatch(answer):
+        return "date"
+    if _ASKS_NUMBER.search(query) or NUMBER.match(answer):
+        return "number"
+    return "name"
+
+
+_EDGES = _JOINERS | {","}  # what a cut span must not begin or end with
+
+
+def _name_part(span: str) -> str:
+    """A named span with its dates cut out, no joiner or comma left at either end; "" when no
+    letter is left ("12,000")."""
+    words = re.sub(r",(?:\s*,)+", ",", DATE.sub(",", span)).replace(",", " , ").split()
+    while words and words[0].lower() in _EDGES:
+        words = words[1:]
+    while words and words[-1].lower() in _EDGES:
+        words = words[:-1]
+    name = " ".join(words).replace(" ,", ",")
+    return name if re.search(r"[^\W\d_]", name) else ""
+
+
+def _spans(text: str, kind: str) -> list[str]:
+    if kind == "date":
+        return [match.group() for match in DATE.finditer(text)]
+    if kind == "number":
+        return [match.group() for match in NUMBER.finditer(DATE.sub(" ", text))]
+    return [_name_part(span) for span in named_spans(text)]
+
+
+def supported_span(query: str, facts: Sequence[ScoredFact], answer: str = "") -> str | None:
+    """The first span of the facts, in their order, of the kind the hop asks for
+    (`answer_kind`), that the query does not already name: the answer a hop's evidence best
+    supports when the reader's `answer` is not in it. A "When did #1 die?" never gets a city
+    back, and a "Who ...?" never a year ("Marie Méliès 8 December 1861" -> "Marie Méliès").
+    None when the facts hold no span of that kind."""
+    asked = lower_words(query)
+    kind = answer_kind(query, answer)
+    for fact in facts:
+        for span in _spans(fact.text, kind):
+            if named_words(span) - asked:
+                return span
+    return None
+
+
+_IDENTITY = re.compile(r"^\s*(?:who|what)\s+(?:is|was|are|were)\s+(?P<name>[^#?]+?)\s*\?\s*$", re.IGNORECASE)
+
+
+def identity_name(sub_question: str, question: str) -> str | None:
+    """The name a sub-question only asks to identify ("Who is Max Cavalera?" -> "Max Cavalera"),
+    when the question names it as written; else None. Such a hop answers with the name it was
+    given. A description ("Who is the King of Hollywood?") is a real bridge and no identity."""
+    match = _IDENTITY.match(sub_question)
+    if not match:
+        return None
+    name = match.group("name")
+    words = name.split()
+    proper = words[0][0].isupper() and words[0].lower() not in _FUNCTION_WORDS
+    if not proper or not all(w[0].isupper() or w[0].isdigit() or w.lower() in _JOINERS for w in words):
+        return None
+    return name if name.lower() in question.lower() else None
+
+
+def fold_identities(question: str, sub_questions: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The decomposition without its identity steps (`identity_name`), and the steps dropped: each
+    "#k" that referred to one becomes the name itself, the other references are renumbered. A
+    decomposition of nothing but identities is left as it is (nothing dropped). This saves the identity's hop answer and the rewrite of the
+    step that refers to it, but the identity hop's facts also seed the next hop's frontier, which
+    on 2Wiki train found dates the folded step missed (README: the option stays off)."""
+    names = {k: identity_name(sub, question) for k, sub in enumerate(sub_questions, start=1)}
+    if all(names.values()) or not any(names.values()):
+        return list(sub_questions), []
+    renumbered = {k: n for n, k in enumerate((k for k, name in names.items() if not name), start=1)}
+
+    def refer(match: re.Match) -> str:
+        k = int(match.group(1))
+        return names.get(k) or (f"#{renumbered[k]}" if k in renumbered else match.group())
+
+    kept = [REFERENCE.sub(refer, sub) for k, sub in enumerate(sub_questions, start=1) if not names[k]]
+    return kept, [sub for k, sub in enumerate(sub_questions, start=1) if names[k]]
+
+
+# Words that make "A or B" a choice between two names rather than part of a title ("Dead or Alive").
+_COMPARING = frozenset(
+    "first last earlier earliest later latest older oldest younger youngest longer longest shorter shortest taller "
+    "tallest higher highest lower lowest bigger biggest larger largest smaller smallest further farther closer nearer "
+    "more most less least fewer greater before after".split()
+)
+_CHOOSING = frozenset("which who whose is are was were do does did has have had".split())  # openings of a choice question
+_MOST_OPTION_WORDS = 16  # 2Wiki has film titles of 14 words
+
+
+def question_options(question: str) -> list[str]:
+    """The answers a question names as its options, else []: "Which film came out first, Jaws or
+    Duel?" and "Who played in Soulfly, Max Cavalera or Billy Idol?" (after the last comma or colon,
+    in a question opening with which/who/is/... or comparing); in a comparing question also "Is
+    Muskegon County Airport or John Wayne Airport further west?" (two named spans around "or") and
+    "Who was born first out of A and B?".
+    A title with "or" in it ("Who directed Dead or Alive?") is no choice."""
+    text = question.strip().rstrip("?").strip()
+    comparing = bool(lower_words(text) & _COMPARING)
+    between = re.search(r"\b(?:out of|between) (.+) and (.+)$", text)
+    head, joined, right = text.rpartition(" or ")
+    clause = re.split(r"[,:;]", head)[-1]
+    if comparing and between and not joined:  # "Who was born first out of A and B?"
+        options = list(between.groups())
+    elif not joined:
+        return []
+    elif clause != head and (comparing or text.split()[0].lower() in _CHOOSING):
+        options = [clause, right]
+    elif comparing:
+        before, after = named_spans(head), named_spans(right)
+        if not before or not after or not head.endswith(before[-1]) or not right.startswith(after[0]):
+            return []
+        named = before[-1].split()
+        while named and named[0].lower() in _FUNCTION_WORDS:  # "Is Muskegon County Airport" -> "Muskegon County Airport"
+            named = named[1:]
+        options = [" ".join(named), after[0]]
+    else:
+        return []
+    options = [option.strip(" \"'“”‘’") for option in options]
+    if any(not content_words(o) or len(o.split()) > _MOST_OPTION_WORDS for o in options) or content_words(options[0]) == content_words(options[1]):
+        return []
+    return options
+
+
+def names_an_option(answer: str, options: Sequence[str]) -> bool:
+    """Whether the answer is one of the options: its content words within an option's, or an
+    option's within its own ("Tea Moderna (magazine)")."""
+    words = content_words(answer)
+    return bool(words) and any(words <= content_words(o) or content_words(o) <= words for o in options)
+
+
+def mentioned(entities: Sequence[str], text: str) -> list[str]:
+    """The entities whose name occurs in the text (case-insensitive, on word boundaries)."""
+    lowered = text.lower()
+    return [e for e in entities if re.search(rf"(?<!\w){re.escape(e.lower())}(?!\w)", lowered)]
