@@ -29,7 +29,7 @@ demo: $(STAMP)
 	$(BIN)/hyperprove demo
 
 bench: $(STAMP)
-	$(BIN)/python experiments/bench_scale.py
+	$(BIN)/python -m experiments.bench.scale
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hyperprove

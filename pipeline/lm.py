@@ -278,7 +278,7 @@ class PrefilledChatAdapter(dspy.ChatAdapter):
     llama.cpp continues instead of writing it; generation stops at the "completed" marker, or,
     for one output field, where the next header would start. The model writes those tokens
     word for word anyway (same prompt, same greedy continuation), and on 2 cores each generated
-    token costs about 0.1 s: 8-11 of a call's 15-40 (`experiments/bench_lm.py`). A server that
+    token costs about 0.1 s: 8-11 of a call's 15-40 (`experiments/bench/lm.py`). A server that
     does not continue a started reply writes the header itself; either way the reply parses."""
 
     def format(self, signature, demos, inputs) -> list[dict]:

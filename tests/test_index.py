@@ -421,7 +421,7 @@ def test_an_ivf_index_grown_keeps_its_added_vectors_in_a_file_beside_it(tmp_path
     saved and loaded with them; names cross 1,000 and are built again as IVF (no added part)."""
     from dataclasses import asdict
 
-    from experiments.bench_changes import PreparedFacts, RandomVectors
+    from experiments.bench.changes import PreparedFacts, RandomVectors
     from modules.hypergraph import binary_csr
     from pipeline.index import assemble_index, corpus_checksum
     from pipeline.index_changes import grow_index

@@ -184,7 +184,7 @@ def test_lm_entities_falls_back_to_rule_entities_for_a_sentence_that_names_none(
 
 
 def test_the_extraction_benchmark_counts_calls_facts_and_entities_with_nothing_cached(tmp_path):
-    from experiments.bench_extract import bench
+    from experiments.bench.extract import bench
     from modules.errors import HyperProveError
 
     (tmp_path / "corpus.json").write_text(json.dumps([{"title": p.title, "text": p.text} for p in PASSAGES]))

@@ -50,7 +50,7 @@ def test_questions_are_grouped_by_type_and_musique_shapes_by_hop_count():
 
 
 def test_answering_without_the_final_reader_where_a_rule_says_so():
-    from experiments.skip_reader import RULES, rule_rows
+    from experiments.tools.skip_reader import RULES, rule_rows
 
     hop = lambda sub_question, answer: {"sub_question": sub_question, "answer": answer}  # noqa: E731
     rows = [

@@ -1,7 +1,7 @@
 """Evidence-chain pages and failure stages: the HTML is parsed back (standard library) and checked
 for every hop, fact, citation, frontier link and gold mark; the stages are worked out by hand."""
 
-from experiments.check_pages import Rendered as Page  # the same reading of a page as the headless-browser check
+from experiments.bench.check_pages import Rendered as Page  # the same reading of a page as the headless-browser check
 from experiments.data import Question, Step
 from experiments.failures import failure_stage, failure_summary, failure_table, write_pages
 from pipeline.pages import chain_page, page_name

@@ -236,7 +236,7 @@ def test_a_run_without_types_gets_them_from_its_questions_and_a_verdict_per_type
 def test_compare_pairs_systems_of_two_results_folders(tmp_path):
     import pytest
 
-    from experiments.compare import compare
+    from experiments.tools.compare import compare
     from modules.errors import HyperProveError
 
     # ten questions in two folders, listed in different orders: the program finds both gold passages on nine, ppr on none
@@ -265,7 +265,7 @@ def test_compare_pairs_systems_of_two_results_folders(tmp_path):
 def test_compare_costs_puts_each_sides_lm_bill_beside_its_scores(tmp_path):
     import pytest
 
-    from experiments.compare import costs
+    from experiments.tools.compare import costs
     from modules.errors import HyperProveError
 
     def step(calls, hits, prompt, cached, generated):
@@ -302,7 +302,7 @@ def test_compare_costs_puts_each_sides_lm_bill_beside_its_scores(tmp_path):
 def test_compare_choices_puts_back_the_answers_the_chooser_replaced(tmp_path):
     from dspy import Prediction
 
-    from experiments.compare import choices, without_choices
+    from experiments.tools.compare import choices, without_choices
     from pipeline.program import answer_before_choice, chosen_note
 
     note = chosen_note(Prediction(answer="Boat People", replaced="Ann Hui's 'Boat'"))
@@ -317,8 +317,8 @@ def test_compare_choices_puts_back_the_answers_the_chooser_replaced(tmp_path):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "predictions.json").write_text(json.dumps({"dense": rows}))
     (tmp_path / "run" / "results.json").write_text(json.dumps({"questions": str(tmp_path / "questions.json")}))
-    from experiments.compare import side_rows
     from experiments.report import gold_answers
+    from experiments.tools.compare import side_rows
 
     undone, replaced = without_choices(side_rows(f"{tmp_path / 'run'}:dense"), gold_answers(tmp_path / "run"))
     assert replaced == 2 and [(row["answer"], row["em"], row["f1"]) for row in undone] == [("Ann Hui", 0.0, 0.0), ("wind", 1.0, 1.0), ("1975", 1.0, 1.0)]

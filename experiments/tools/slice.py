@@ -6,7 +6,7 @@ passage of the last one, plus any gold passage outside that span (one shared wit
 question), and renumbers the questions' passage ids into the slice. It makes an LM-extracted index
 of a few hundred passages possible where the whole corpus would take a day on a laptop CPU.
 
-    python experiments/slice.py --questions ../shared/data/musique/dev.json \\
+    python -m experiments.tools.slice --questions ../shared/data/musique/dev.json \\
         --corpus ../shared/data/musique/corpus.json --first 20 --out experiments/slices/musique-dev-20
 """
 
@@ -14,13 +14,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from modules.errors import HyperProveError  # noqa: E402
-from pipeline.files import atomic_write_json, read_json  # noqa: E402
+from modules.errors import HyperProveError
+from pipeline.files import atomic_write_json, read_json
 
 
 def slice_benchmark(questions: list[dict], corpus: list[dict], first: int) -> tuple[list[dict], list[dict], list[int]]:

@@ -14,7 +14,7 @@ fact-entity-passage graph, personalised on the same dense seeds.
 
 Each size runs in its own process, so peak RSS is that size's own.
 
-    python experiments/bench_scale.py [--sizes 10000,100000,1000000] [--queries 50] [--json]
+    python -m experiments.bench.scale [--sizes 10000,100000,1000000] [--queries 50] [--json]
 """
 
 from __future__ import annotations
@@ -25,36 +25,12 @@ import resource
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
 
-DIM = 384
-
-
-def unit_vectors(rng: np.random.Generator, n: int, chunk: int = 100_000) -> np.ndarray:
-    out = np.empty((n, DIM), dtype=np.float32)
-    for start in range(0, n, chunk):
-        block = rng.standard_normal((min(chunk, n - start), DIM), dtype=np.float32)
-        block /= np.linalg.norm(block, axis=1, keepdims=True)
-        out[start : start + len(block)] = block
-    return out
-
-
-def synthetic_corpus(n_facts: int, seed: int = 0):
-    """Fact -> entity incidence (skewed), fact -> passage ids, and the three vector sets."""
-    from modules.hypergraph import binary_csr
-
-    rng = np.random.default_rng(seed)
-    n_entities = max(n_facts // 5, 10)
-    per_fact = rng.integers(1, 5, size=n_facts)
-    weights = 1.0 / (np.arange(n_entities) + 20.0)
-    entity_of = rng.choice(n_entities, size=int(per_fact.sum()), p=weights / weights.sum())
-    fact_of = np.repeat(np.arange(n_facts), per_fact)
-    incidence = binary_csr(fact_of, entity_of, (n_facts, n_entities))
-    sizes = rng.integers(1, 8, size=n_facts)  # more than enough passages
-    passage_of = np.repeat(np.arange(n_facts), sizes)[:n_facts]
-    return incidence, passage_of, int(passage_of[-1]) + 1, unit_vectors(rng, n_facts), unit_vectors(rng, n_entities)
+from experiments.bench.synthetic import synthetic_corpus, unit_vectors
 
 
 def ppr_matrix(incidence: sp.csr_matrix, passage_of: np.ndarray, n_passages: int) -> sp.csr_matrix:
@@ -161,8 +137,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     results = []
     for size in [int(s) for s in args.sizes.split(",") if s.strip()]:
-        command = [sys.executable, __file__, "--one", str(size), "--queries", str(args.queries), "--ppr-queries", str(args.ppr_queries)]
-        finished = subprocess.run(command, capture_output=True, text=True)
+        command = [sys.executable, "-m", __spec__.name, "--one", str(size), "--queries", str(args.queries), "--ppr-queries", str(args.ppr_queries)]
+        finished = subprocess.run(command, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2])
         if finished.returncode != 0:
             print(f"error: size {size} failed: {finished.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
             return 1

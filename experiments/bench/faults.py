@@ -1,10 +1,10 @@
 """Fault injection: kill index builds, evaluations, sweeps, index additions and deletions at
 random points and check that nothing is lost.
 
-    python experiments/faults.py --runs 25 --work /tmp/hyperprove-faults      # about 15 minutes on 2 cores
-    python experiments/faults.py --runs 10 --jobs add                          # `index --add` alone
-    python experiments/faults.py --runs 10 --jobs delete                       # `index --delete` alone
-    python experiments/faults.py --runs 20 --jobs together                     # concurrent writers into one index
+    python -m experiments.bench.faults --runs 25 --work /tmp/hyperprove-faults      # about 15 minutes on 2 cores
+    python -m experiments.bench.faults --runs 10 --jobs add                          # `index --add` alone
+    python -m experiments.bench.faults --runs 10 --jobs delete                       # `index --delete` alone
+    python -m experiments.bench.faults --runs 20 --jobs together                     # concurrent writers into one index
 
 Each run starts one `hyperprove` command (an index build, an evaluation with the index cache
 cold or warm, a tracked sweep, `index --add` growing an index of MuSiQue's first half by its
@@ -43,9 +43,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # run as a script from anywhere
-    sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
 SCRATCH = re.compile(r"^\.[^/]+\.(tmp|old)-\d+$")
 TIMING = ("seconds_per_question", "retrieval_ms_per_question")

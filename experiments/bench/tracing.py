@@ -1,6 +1,6 @@
 """What one MLflow trace per question costs: the program on a scripted LM, traced and not.
 
-    python experiments/bench_tracing.py [--questions 30]
+    python -m experiments.bench.tracing [--questions 30]
 
 A scripted LM (DSPy's DummyLM) answers at once, so the figures are tracing's own cost per
 question (spans for every module and LM call, their inputs and outputs) and the time to write
@@ -17,9 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
 QUESTION = "When did the mother of the director of Jaws die?"
 CORPUS = [

@@ -2,7 +2,7 @@
 screenshots, and check the DOM Chromium rendered (not part of `make test`: it needs a browser).
 
     apt-get install chromium                      # Debian's package
-    python experiments/check_pages.py experiments/results/musique-lm60 --out runs/page-check
+    python -m experiments.bench.check_pages experiments/results/musique-lm60 --out runs/page-check
 
 It opens the index of the `hyperprove` system and two of its question pages (the first wrong
 answer and the first right one in the index's order) from disk, with the network off, and checks
@@ -21,12 +21,10 @@ import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
-from pipeline.files import read_json  # noqa: E402
-from pipeline.pages import page_name  # noqa: E402
+from pipeline.files import read_json
+from pipeline.pages import page_name
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
 

@@ -2,7 +2,7 @@
 inputs of the same length: the work must grow with the input, not with its square or cube.
 
     hyperprove index ../shared/data/musique/corpus.json --out runs/musique-index
-    python experiments/bench_inputs.py --index runs/musique-index
+    python -m experiments.bench.inputs --index runs/musique-index
 
 Prints, per size, the seconds of `HypergraphIndex.name_entities` on a capitalised run of that
 many words against lower-case words, and of `find_entities` on a sentence of that many
@@ -16,12 +16,10 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # run as a script from anywhere
-    sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
-from pipeline.extract import find_entities  # noqa: E402
-from pipeline.index_store import load_index  # noqa: E402
+from pipeline.extract import find_entities
+from pipeline.index_store import load_index
 
 
 def seconds(work, repeat: int = 3) -> float:

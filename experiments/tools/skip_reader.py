@@ -1,6 +1,6 @@
 """What the program's answers would be without the final reader's call, from committed predictions.
 
-    python experiments/skip_reader.py musique-train-chosen hotpotqa-train-chosen
+    python -m experiments.tools.skip_reader musique-train-chosen hotpotqa-train-chosen
 
 Two rules that save step 11's LM call, scored on runs already made (no LM needed): "chain" answers
 with the last hop's answer when the last sub-question refers to an earlier answer ("#k") or the
@@ -12,17 +12,14 @@ paired bootstrap 95% interval. Use train runs: choosing on dev would spoil dev.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
-from experiments.metrics import f1_score  # noqa: E402
-from experiments.report import gold_answers, system_rows  # noqa: E402
-from experiments.stats import describe_difference, paired_difference  # noqa: E402
-from modules.references import references  # noqa: E402
+from experiments.metrics import f1_score
+from experiments.report import gold_answers, system_rows
+from experiments.stats import describe_difference, paired_difference
+from modules.references import references
 
 RULES = {
     "chain": lambda chain: len(chain) == 1 or bool(references(chain[-1]["sub_question"])),

@@ -1,6 +1,6 @@
 """How fast the embedded model answers the program's own prompts, under llama.cpp settings.
 
-    python experiments/bench_lm.py [--questions 3] [--settings default,flash-off,...] [--adapters chat,prefilled]
+    python -m experiments.bench.lm [--questions 3] [--settings default,flash-off,...] [--adapters chat,prefilled]
 
 The prompts are the ones the program sends for the first MuSiQue lm60 dev questions, rebuilt
 from their committed evidence chains (`experiments/results/musique-lm60/predictions.json`) with
@@ -25,9 +25,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
 PREDICTIONS = ROOT / "experiments" / "results" / "musique-lm60" / "predictions.json"
 CORPUS = ROOT.parent / "shared" / "data" / "musique" / "corpus.json"
@@ -196,8 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for name in names:
         for adapter in adapters:
-            command = [sys.executable, __file__, "--child", name, "--questions", str(args.questions), "--adapters", adapter]
-            output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+            command = [sys.executable, "-m", __spec__.name, "--child", name, "--questions", str(args.questions), "--adapters", adapter]
+            output = subprocess.run(command, check=True, capture_output=True, text=True, cwd=ROOT).stdout
             results.append(json.loads(output.strip().splitlines()[-1]))
             print(f"{name}, {adapter}: done (server start {results[-1]['load_seconds']:.1f} s)", file=sys.stderr)
     print_table(results, args.questions)

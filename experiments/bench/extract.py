@@ -1,9 +1,9 @@
 """What LM fact extraction costs: passages per minute, and per passage the LM calls, prompt
 tokens (and those served from the server's prompt cache) and generated tokens.
 
-    python experiments/bench_extract.py --extractor lm-entities --first 6
-    python experiments/bench_extract.py --extractor lm --first 100 --corpus ../shared/data/musique/corpus.json
-    python experiments/bench_extract.py --extractor lm --first 6 --lm-threads 4   # 4 requests in flight, 4 server slots
+    python -m experiments.bench.extract --extractor lm-entities --first 6
+    python -m experiments.bench.extract --extractor lm --first 100 --corpus ../shared/data/musique/corpus.json
+    python -m experiments.bench.extract --extractor lm --first 6 --lm-threads 4   # 4 requests in flight, 4 server slots
 
 The first N passages of the corpus are extracted with nothing cached: the extraction cache and
 DSPy's cache live in a fresh temporary folder, so every passage is a real LM call (a retry after
@@ -22,12 +22,10 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
-from modules.errors import HyperProveError  # noqa: E402
-from pipeline.config import ADAPTERS, EXTRACTORS, HyperProveConfig  # noqa: E402
+from modules.errors import HyperProveError
+from pipeline.config import ADAPTERS, EXTRACTORS, HyperProveConfig
 
 MUSIQUE = ROOT.parent / "shared" / "data" / "musique" / "corpus.json"
 

@@ -1,8 +1,8 @@
 """Adding and deleting passages against building from scratch (issue 17): equality and cost.
 
-    python experiments/bench_changes.py musique [--json]          # equivalence on MuSiQue (real embedder, no LM)
-    python experiments/bench_changes.py musique --ivf [--json]    # the same with IVF indexes (exact_search_max 2,000)
-    python experiments/bench_changes.py synthetic [--facts 1000000] [--change 10000] [--json]
+    python -m experiments.bench.changes musique [--json]          # equivalence on MuSiQue (real embedder, no LM)
+    python -m experiments.bench.changes musique --ivf [--json]    # the same with IVF indexes (exact_search_max 2,000)
+    python -m experiments.bench.changes synthetic [--facts 1000000] [--change 10000] [--json]
 
 `musique`: the corpus's first half is built, the second half added (`grow_index`), then 10% of
 the passages (random, seed 1) deleted (`shrink_index`); after each change the index is compared
@@ -13,7 +13,7 @@ are left out of the recall, not of the ranking comparison). With `--ivf` the fac
 searches are IVF, trained on the half the index was built from, so rankings may differ: the
 figures are the measured difference, and how it changes when the retrain rule fires.
 
-`synthetic`: the scale benchmark's corpus (experiments/bench_scale.py: random unit vectors,
+`synthetic`: the scale benchmark's corpus (experiments/bench/scale.py: random unit vectors,
 Zipf-like entities). Three processes, as the command line would run them, on one index folder:
 build (`assemble_index`: synonym search and FAISS indexes; then save), add passages holding
 `--change` new facts (load, `grow_index`, save; extraction and embedding replaced by prepared
@@ -36,12 +36,10 @@ from typing import Callable
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # run as a script from anywhere
-    sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
-from modules.facts import Fact, Passage  # noqa: E402
-from pipeline.index import normalise_entity  # noqa: E402
+from modules.facts import Fact, Passage
+from pipeline.index import normalise_entity
 
 
 # --- comparing two indexes ---------------------------------------------------------------------------
@@ -188,7 +186,7 @@ class RandomVectors:
         self.rng = np.random.default_rng(seed)
 
     def encode(self, texts, progress=None) -> np.ndarray:
-        from experiments.bench_scale import unit_vectors
+        from experiments.bench.synthetic import unit_vectors
 
         return unit_vectors(self.rng, len(texts))
 
@@ -205,7 +203,7 @@ def timed(step: Callable[[], object]) -> tuple[object, float]:
 
 def search_ms(index, n_queries: int = 600, k: int = 10) -> float:
     """Median milliseconds of one fact search (a hop's seeding) on `index`, random unit queries."""
-    from experiments.bench_scale import unit_vectors
+    from experiments.bench.synthetic import unit_vectors
 
     queries = unit_vectors(np.random.default_rng(7), n_queries)
     times = []
@@ -221,7 +219,7 @@ def synthetic_phase(phase: str, folder: Path, n_facts: int, n_change: int) -> di
     delete, save. The process's peak memory is the phase's."""
     from dataclasses import asdict
 
-    from experiments.bench_scale import synthetic_corpus, unit_vectors
+    from experiments.bench.synthetic import synthetic_corpus, unit_vectors
     from pipeline.config import IndexConfig
     from pipeline.index import assemble_index
     from pipeline.index_changes import grow_index, shrink_index
@@ -276,9 +274,9 @@ def synthetic(args) -> dict:
         folder = Path(scratch) / "index"
         phases = {}
         for phase in ("build", "add", "delete"):
-            command = [sys.executable, __file__, "synthetic", "--phase", phase, "--folder", str(folder),
+            command = [sys.executable, "-m", __spec__.name, "synthetic", "--phase", phase, "--folder", str(folder),
                        "--facts", str(args.facts), "--change", str(args.change)]
-            done = subprocess.run(command, capture_output=True, text=True)
+            done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
             if done.returncode != 0:
                 raise RuntimeError(f"{phase} failed: {done.stderr.strip().splitlines()[-3:]}")
             phases[phase] = json.loads(done.stdout.strip().splitlines()[-1])

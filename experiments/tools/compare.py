@@ -1,11 +1,11 @@
 """Two systems on the same questions, question by question: the mean difference of a score and
 its paired bootstrap 95% interval (`experiments/stats.py`), for runs the report does not pair.
 
-    python experiments/compare.py hotpotqa-train-chosen:hyperprove hotpotqa-retrieval-train:ppr --metrics recall@5 recall@2
-    python experiments/compare.py --choices hotpotqa-train-choose:hyperprove hotpotqa-train-choose:hyperprove-passages
+    python -m experiments.tools.compare hotpotqa-train-chosen:hyperprove hotpotqa-retrieval-train:ppr --metrics recall@5 recall@2
+    python -m experiments.tools.compare --choices hotpotqa-train-choose:hyperprove hotpotqa-train-choose:hyperprove-passages
 
-    python experiments/compare.py musique-lm60:hyperprove musique-lm60:dense --metrics f1 em --first 20
-    python experiments/compare.py --costs hotpotqa-lm60-fast:hyperprove hotpotqa-lm60:hyperprove --metrics f1 recall@5
+    python -m experiments.tools.compare musique-lm60:hyperprove musique-lm60:dense --metrics f1 em --first 20
+    python -m experiments.tools.compare --costs hotpotqa-lm60-fast:hyperprove hotpotqa-lm60:hyperprove --metrics f1 recall@5
 
 Each side is RESULTS:SYSTEM: a results folder (a name under experiments/results/, or a path)
 and a system in its predictions.json. The first side minus the second, then each side's mean.
@@ -23,15 +23,13 @@ import argparse
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
-from experiments.metrics import exact_match, f1_score  # noqa: E402
-from experiments.report import folder_questions, gold_answers, system_rows  # noqa: E402
-from experiments.stats import describe_difference, paired_difference  # noqa: E402
-from modules.errors import HyperProveError  # noqa: E402
-from pipeline.program import answer_before_choice  # noqa: E402
+from experiments.metrics import exact_match, f1_score
+from experiments.report import folder_questions, gold_answers, system_rows
+from experiments.stats import describe_difference, paired_difference
+from modules.errors import HyperProveError
+from pipeline.program import answer_before_choice
 
 
 def side_folder(side: str) -> tuple[Path, str]:
