@@ -15,7 +15,6 @@ parameters, scored on the sweep's questions and on its held-out set, with their 
 from __future__ import annotations
 
 import argparse
-import functools
 import os
 import sys
 from dataclasses import asdict
@@ -24,46 +23,23 @@ from typing import Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from experiments.data import load_questions
 from experiments.failures import failure_summary, failure_table, page_link
 from experiments.harness import SYSTEMS, TYPE_SCORES, per_type_tables, results_table
 from experiments.metrics import per_type, question_type
+from experiments.results import (
+    SWEEP_FIELDS,
+    load_runs,
+    question_types,
+    read_record,
+    recorded_program,
+    run_questions,
+    system_rows,
+)
 from experiments.stats import describe_difference, paired_difference
 from modules.config import TUNABLES
 from modules.errors import HyperProveError
-from pipeline.config import HyperProveConfig, LMConfig, ProgramConfig
+from pipeline.config import LMConfig, ProgramConfig
 from pipeline.files import atomic_write_bytes, read_json
-
-DATASET_ORDER = ("musique", "2wiki", "hotpotqa")
-
-
-RUN_FIELDS = {"systems": dict}  # what the report reads of a results.json without a default
-SWEEP_FIELDS = {"config": dict, "study": str, "objective": str, "start_params": dict, "best_params": dict,
-                "complete": int, "pruned": int, "n_questions": int, "questions": str}
-
-
-def read_record(path: Path, what: str, needs: dict[str, type]) -> dict:
-    """A results.json or sweep.json, checked to hold what the report reads (one line if not)."""
-    record = read_json(path, what)
-    if not isinstance(record, dict):
-        raise HyperProveError(f"{path}: a {what} file holds one JSON object")
-    for key, kind in needs.items():
-        if not isinstance(record.get(key), kind):
-            raise HyperProveError(f"{path}: no {key!r} ({kind.__name__}); not written by `hyperprove {'sweep' if what == 'sweep' else 'evaluate'}`")
-    return record
-
-
-def load_runs(directory: Path) -> list[dict]:
-    runs = [{**read_record(path, "results", RUN_FIELDS), "results_dir": str(path.parent)} for path in sorted(directory.glob("*/results.json"))
-            if not path.parent.name.endswith(".partial")]  # an unfinished run is not a result yet
-
-    def order(run: dict) -> tuple:
-        name = run.get("name", "")
-        dataset = next((k for k, d in enumerate(DATASET_ORDER) if name.startswith(d)), len(DATASET_ORDER))
-        return (run.get("decomposition") == "lm", dataset, name)
-
-    return sorted(runs, key=order)
-
 
 OURS = ("hyperprove", "hyperprove-fixed", "hyperprove-passages")  # never "the best peer"
 COMPARED = (("recall@5", "Recall@5", ("hyperprove", "hyperprove-fixed")), ("recall@2", "Recall@2", ("hyperprove", "hyperprove-fixed")),
@@ -161,19 +137,6 @@ def program_of(run: dict) -> str | None:
     return run.get("config", {}).get("program", {}).get("compiled")
 
 
-def system_rows(run: dict, system: str = "hyperprove") -> list[dict] | None:
-    """A system's per-question rows of a run (its predictions.json), in question-id order."""
-    path = Path(run.get("results_dir", "")) / "predictions.json"
-    rows = predictions(str(path)).get(system) if run.get("results_dir") and path.is_file() else None
-    return sorted(rows, key=lambda row: row["id"]) if rows else None
-
-
-@functools.lru_cache(maxsize=None)
-def predictions(path: str) -> dict:
-    """A run's predictions.json, read once however many comparisons the report draws from it."""
-    return read_json(Path(path), "predictions")
-
-
 def paired(run: dict, system: str, other_run: dict, other_system: str, metric: str) -> dict | None:
     """`system` in `run` minus `other_system` in `other_run` on `metric`, question by question
     (`paired_difference`); None unless both have predictions, on the same questions, with the metric."""
@@ -206,11 +169,6 @@ def paired_table(run: dict) -> list[str]:
     return head + lines + [""]
 
 
-def question_types(run: dict) -> dict[str, str]:
-    """Question id -> type, of the run's questions ({} when their file is not here)."""
-    return {question.id: question.type for question in run_questions(run)}
-
-
 def typed_summaries(run: dict) -> list[dict]:
     """The run's summaries with `per_type` and, where systems answered, `failures`; a run recorded
     before these were counted gets them from its predictions and its questions file."""
@@ -227,28 +185,6 @@ def typed_summaries(run: dict) -> list[dict]:
                 summary = {**summary, "failures": failure_summary(rows, questions)}
         summaries.append(summary)
     return summaries
-
-
-def run_questions(run: dict) -> list:
-    """The run's questions (with their gold steps), from the file it names ([] when it is not here)."""
-    return questions_in(str(ROOT / run["questions"])) if run.get("questions") else []
-
-
-def folder_questions(results_dir: Path) -> list:
-    """The questions of a results folder's run, in its questions file's order ([] when it is not here)."""
-    return run_questions(read_json(results_dir / "results.json", "results"))
-
-
-def gold_answers(results_dir: Path) -> dict[str, list[str]]:
-    """Question id -> the gold answer and its aliases, for the questions a results folder's run
-    names (how `evaluate` scored them), to score other answers to the same questions."""
-    return {q.id: [q.answer, *q.answer_aliases] for q in folder_questions(results_dir)}
-
-
-@functools.lru_cache(maxsize=None)
-def questions_in(path: str) -> list:
-    """A questions file, read once however many tables and verdicts of the report use it."""
-    return load_questions(path) if Path(path).is_file() else []
 
 
 def pages_link(run: dict, report_dir: Path):
@@ -348,12 +284,6 @@ def render_same_reader(runs: Sequence[dict], heading: bool = True) -> list[str]:
 def is_choice(run: dict) -> bool:
     """A train run that measures program options (`<dataset>-train-<variant>`)."""
     return "-train-" in run.get("name", "")
-
-
-def recorded_program(run: dict) -> dict:
-    """The program settings a run ran with, and its LM adapter (a field its record lacks: what runs went without it)."""
-    config = HyperProveConfig.from_record(run.get("config", {}), source=f"{run.get('results_dir', run['name'])}/results.json")
-    return {**asdict(config.program), "adapter": config.lm.layout}
 
 
 def answer_path(settings: dict, system: str) -> str:

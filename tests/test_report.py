@@ -2,7 +2,8 @@
 
 import json
 
-from experiments.report import load_runs, main, paired_table, render_same_reader, verdict
+from experiments.report import main, paired_table, render_same_reader, verdict
+from experiments.results import load_runs
 
 
 def test_verdict_compares_hyperprove_with_the_best_peer():
@@ -317,7 +318,7 @@ def test_compare_choices_puts_back_the_answers_the_chooser_replaced(tmp_path):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "predictions.json").write_text(json.dumps({"dense": rows}))
     (tmp_path / "run" / "results.json").write_text(json.dumps({"questions": str(tmp_path / "questions.json")}))
-    from experiments.report import gold_answers
+    from experiments.results import gold_answers
     from experiments.tools.compare import side_rows
 
     undone, replaced = without_choices(side_rows(f"{tmp_path / 'run'}:dense"), gold_answers(tmp_path / "run"))

@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 from experiments.metrics import exact_match, f1_score
-from experiments.report import folder_questions, gold_answers, system_rows
+from experiments.results import folder_questions, gold_answers, system_rows
 from experiments.stats import describe_difference, paired_difference
 from modules.errors import HyperProveError
 from pipeline.program import answer_before_choice

@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 from experiments.metrics import f1_score
-from experiments.report import gold_answers, system_rows
+from experiments.results import gold_answers, system_rows
 from experiments.stats import describe_difference, paired_difference
 from modules.references import references
 
