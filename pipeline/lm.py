@@ -262,7 +262,7 @@ class LeanChatAdapter(dspy.ChatAdapter):
     """ChatAdapter with its output-format reminder moved from the end of every request into the
     system message. The system message and the demonstrations are the prefix the server's prompt
     cache reuses across calls; the request is what it computes anew each time (METHOD.md is silent
-    on prompts; issue 14 measures whether the small model still keeps the format)."""
+    on prompts; the small model keeps the format with it, experiments/FINDINGS.md)."""
 
     def format_task_description(self, signature) -> str:
         return f"{super().format_task_description(signature)}\n\n{super().user_message_output_requirements(signature)}"

@@ -1,4 +1,4 @@
-"""Every bad input, kill and tampered record the reviews of issue 12 found, fed exactly as found:
+"""Every bad input, kill and tampered record the reviews found, fed exactly as found:
 each ends in one line naming the problem (exit 2) or in preserved state, never in a traceback,
 a lost folder or a silently wrong record."""
 

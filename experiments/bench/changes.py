@@ -1,4 +1,4 @@
-"""Adding and deleting passages against building from scratch (issue 17): equality and cost.
+"""Adding and deleting passages against building from scratch: equality and cost.
 
     python -m experiments.bench.changes musique [--json]          # equivalence on MuSiQue (real embedder, no LM)
     python -m experiments.bench.changes musique --ivf [--json]    # the same with IVF indexes (exact_search_max 2,000)
