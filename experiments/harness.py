@@ -293,7 +293,7 @@ def per_type_tables(summaries: Sequence[dict]) -> str:
 
 def lm_steps_tables(summaries: Sequence[dict]) -> str:
     """Per system that called the LM, what each step cost per question (means)."""
-    from pipeline.lm import profile_table
+    from pipeline.lm_profile import profile_table
 
     sections = [f"\n## {summary['system']}: LM steps, per question\n\n" + profile_table(summary["lm_steps"])
                 + (f"\n{summary['lm_cache_hits']} calls came from DSPy's cache, so seconds understate the LM's cost.\n" if summary.get("lm_cache_hits") else "")

@@ -85,12 +85,12 @@ def evaluate_program(
     system: str = "hyperprove",
 ) -> tuple[dict, list[dict]]:
     """Run the program on every question; mean EM/F1 (0-100), Recall@k, seconds, and what the LM
-    steps cost each (`lm_usage()` is a `pipeline.lm.LMProfile` snapshot: step -> StepCost).
+    steps cost each (`lm_usage()` is a `pipeline.lm_profile.LMProfile` snapshot: step -> StepCost).
     `trace(question, system)` (`Runtime.question_trace`) is the context each question runs in:
     its MLflow trace, tagged with the question's gold and scores."""
     from tqdm import tqdm
 
-    from pipeline.lm import profile_delta
+    from pipeline.lm_profile import profile_delta
 
     if not questions:
         raise HyperProveError("no questions to evaluate")

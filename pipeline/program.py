@@ -297,7 +297,7 @@ def ask(config, index_directory: str, question: str, runtime=None, log=print, pr
     question as one MLflow trace."""
     from pipeline.files import atomic_write_bytes
     from pipeline.index_store import load_index
-    from pipeline.lm import profile_delta, profile_table
+    from pipeline.lm_profile import profile_delta, profile_table
     from pipeline.pages import chain_page
     from pipeline.runtime import Runtime
 

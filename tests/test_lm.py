@@ -10,16 +10,9 @@ import pytest
 
 from modules.errors import HyperProveError
 from pipeline.config import LMConfig
-from pipeline.lm import (
-    LMProfile,
-    StepCost,
-    local_model_path,
-    make_lm,
-    part_paths,
-    profile_delta,
-    profile_table,
-    step_of,
-)
+from pipeline.lm import make_lm
+from pipeline.lm_profile import LMProfile, StepCost, profile_delta, profile_table, step_of
+from pipeline.local_model import local_model_path, part_paths
 
 
 @pytest.fixture
@@ -85,7 +78,8 @@ def test_lm_config_checks_its_fields():
 def test_a_call_that_dspys_cache_answered_is_a_cache_hit_and_a_call_without_usage_is_not(tmp_path, monkeypatch):
     """DSPy 3.4 leaves the same empty usage on the history entry of a cache hit and of a provider
     that reports none (a scripted LM): the watched cache lookup tells them apart, per thread."""
-    from pipeline.lm import CacheLookups, configure_lm_cache
+    from pipeline.lm import configure_lm_cache
+    from pipeline.lm_profile import CacheLookups
 
     monkeypatch.setattr(dspy, "cache", dspy.cache)  # put back after the test
     lookups = configure_lm_cache(tmp_path)  # the real DSPy cache, watched
@@ -147,7 +141,7 @@ def test_the_lean_adapter_moves_the_format_reminder_into_the_system_message():
 
     from modules.facts import ScoredFact
     from modules.steps import HopAnswerer
-    from pipeline.lm import LeanChatAdapter, make_adapter
+    from pipeline.adapters import LeanChatAdapter, make_adapter
 
     fact = ScoredFact(id=7, text="Jaws was directed by Steven Spielberg.", passage=0, title="Jaws (film)", cos=1, struct=0, score=1)
     reminder = "Respond with the corresponding output fields, starting with the field `[[ ## answer ## ]]`"
@@ -171,7 +165,7 @@ def test_the_prefilled_adapter_starts_the_reply_and_stops_where_the_fields_end()
 
     from modules.facts import ScoredFact
     from modules.steps import AnswerGenerator, HopAnswerer
-    from pipeline.lm import PrefilledChatAdapter, make_adapter
+    from pipeline.adapters import PrefilledChatAdapter, make_adapter
 
     fact = ScoredFact(id=7, text="Jaws was directed by Steven Spielberg.", passage=0, title="Jaws (film)", cos=1, struct=0, score=1)
     prompts = {}
@@ -206,7 +200,7 @@ def test_the_lean_prefilled_adapter_sends_the_lean_request_with_the_reply_begun(
 
     from modules.facts import ScoredFact
     from modules.steps import HopAnswerer
-    from pipeline.lm import LeanChatAdapter, PrefilledChatAdapter, make_adapter
+    from pipeline.adapters import LeanChatAdapter, PrefilledChatAdapter, make_adapter
 
     fact = ScoredFact(id=7, text="Jaws was directed by Steven Spielberg.", passage=0, title="Jaws (film)", cos=1, struct=0, score=1)
     seen = {}
@@ -217,8 +211,8 @@ def test_the_lean_prefilled_adapter_sends_the_lean_request_with_the_reply_begun(
         seen[name] = lm.history[-1]
     adapter = make_adapter("lean-prefilled")
     assert isinstance(adapter, LeanChatAdapter) and isinstance(adapter, PrefilledChatAdapter)
+    from pipeline.adapters import ADAPTER_CLASSES
     from pipeline.config import ADAPTERS
-    from pipeline.lm import ADAPTER_CLASSES
 
     assert list(ADAPTER_CLASSES) == list(ADAPTERS)  # every name the config accepts has its class, and no other
     # the lean request (reminder in the system message), then the reply begun; stopped at the completed marker

@@ -10,7 +10,7 @@ from modules.facts import Passage, ScoredFact
 from modules.retriever import RetrieverConfig
 from pipeline.config import IndexConfig, ProgramConfig
 from pipeline.index import build_index
-from pipeline.lm import LMProfile
+from pipeline.lm_profile import LMProfile
 from pipeline.program import HyperProve
 
 CORPUS = [

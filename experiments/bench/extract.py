@@ -35,7 +35,7 @@ def bench(corpus: str, first: int, extractor: str, lm: dict, model=None) -> dict
     `model` is an LM object to use instead of the configured one (a test's scripted LM)."""
     from pipeline.corpus import load_corpus
     from pipeline.extract import LM_EXTRACTORS, make_extractor
-    from pipeline.lm import profile_delta
+    from pipeline.lm_profile import profile_delta
     from pipeline.runtime import Runtime
 
     if extractor not in LM_EXTRACTORS:

@@ -61,7 +61,7 @@ def _ngram(kind: str, lookup: int | None = None, draft: int | None = None):
 
 
 SETTINGS = {  # name -> a change to llama.cpp's parameters before the server starts
-    "default": None,  # what `pipeline.lm.LocalServer` runs: flash attention "auto" (on here)
+    "default": None,  # what `pipeline.local_model.LocalServer` runs: flash attention "auto" (on here)
     "flash-off": _flash(0),
     "no-poll": _no_poll,
     "ngram-simple": _ngram("ngram_simple"),
@@ -97,8 +97,9 @@ def question_calls(questions: int) -> list[list[tuple[str, str, dict]]]:
 
 def run_setting(name: str, questions: int, adapter_name: str) -> dict:
     """Starts a server with the setting, sends every prompt once; llama.cpp's timings per call."""
+    from pipeline.adapters import make_adapter
     from pipeline.config import LMConfig
-    from pipeline.lm import LocalServer, local_model_path, make_adapter
+    from pipeline.local_model import LocalServer, local_model_path
     from pipeline.program import HyperProve
 
     config = LMConfig()

@@ -1,0 +1,130 @@
+"""What the LM steps cost: every LM call billed to the step that made it (calls, cache hits,
+prompt tokens, of those the ones the server's prompt cache served, generated tokens, seconds)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, fields, replace
+from typing import Callable
+
+import dspy
+from dspy.utils.callback import BaseCallback
+
+
+@dataclass
+class StepCost:
+    """One LM step's bill: calls (DSPy cache hits included), cache hits (no request made), prompt
+    tokens, of those the ones the server reused from its prompt cache, generated tokens, seconds."""
+
+    calls: int = 0
+    cache_hits: int = 0
+    prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0
+    completion_tokens: int = 0
+    seconds: float = 0.0
+
+    def minus(self, other: "StepCost") -> "StepCost":
+        return StepCost(*(getattr(self, f.name) - getattr(other, f.name) for f in fields(self)))
+
+
+def step_of(caller_modules, fallback: str = "lm") -> str:
+    """The step an LM call belongs to: the innermost calling module that is ours, not DSPy's
+    (`Decomposer`, `HopAnswerer`, ...): a `dspy.Predict` inside it is an implementation detail."""
+    for module in reversed(caller_modules or []):
+        if type(module).__module__.split(".")[0] != "dspy":
+            return type(module).__name__
+    return fallback
+
+
+class CacheLookups:
+    """Counts, per thread, the lookups DSPy's LM cache answered. DSPy 3.4 marks a hit only on its
+    internal call result: the history entry a callback reads has the empty usage that a provider
+    reporting none also leaves. So the lookup itself is watched (`cache.get`, the one DSPy calls)."""
+
+    def __init__(self, cache):
+        self._local = threading.local()
+        lookup = cache.get
+
+        def get(*args, **kwargs):
+            found = lookup(*args, **kwargs)
+            if found is not None:
+                self._local.hits = self.hits + 1
+            return found
+
+        cache.get = get
+
+    @property
+    def hits(self) -> int:
+        """Hits so far in the calling thread (an LM call looks up and answers in one thread)."""
+        return getattr(self._local, "hits", 0)
+
+
+class LMProfile(BaseCallback):
+    """Counts, per step, what every LM call cost (`StepCost`), from the usage the provider reports
+    (llama.cpp and OpenAI-style APIs report prompt, cached prompt and generated tokens) and the
+    wall time around the call; a call DSPy's cache answered is a cache hit (`lookups`). Thread-safe;
+    `snapshot()` before and after a question gives its bill."""
+
+    def __init__(self, lookups: CacheLookups | None = None):
+        self.lookups = lookups
+        self._lock = threading.Lock()
+        self._open: dict[str, tuple] = {}
+        self.steps: dict[str, StepCost] = {}
+        self.listeners: list[Callable[[str, StepCost], None]] = []  # each sees (step, this call's bill) as a call ends
+
+    def on_lm_start(self, call_id, instance, inputs):
+        callers = dspy.settings.caller_modules or []
+        owner = callers[-1] if callers else instance  # DSPy appends the call's record to its history
+        history = getattr(owner, "history", None) or []
+        hits = self.lookups.hits if self.lookups else 0
+        with self._lock:
+            self._open[call_id] = (step_of(callers), owner, history[-1] if history else None, hits, time.perf_counter())
+
+    def on_lm_end(self, call_id, outputs, exception=None):
+        with self._lock:
+            opened = self._open.pop(call_id, None)
+        if opened is None:
+            return
+        step, owner, before, hits, started = opened
+        seconds = time.perf_counter() - started
+        history = getattr(owner, "history", None) or []
+        entry = history[-1] if exception is None and history and history[-1] is not before else {}
+        usage = entry.get("usage") or {}
+        cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+        hit = bool(getattr(entry.get("response"), "cache_hit", False)) or bool(self.lookups and self.lookups.hits > hits)
+        call = StepCost(calls=1, cache_hits=int(hit), prompt_tokens=usage.get("prompt_tokens") or 0, cached_prompt_tokens=cached,
+                        completion_tokens=usage.get("completion_tokens") or 0, seconds=seconds)
+        with self._lock:
+            cost = self.steps.setdefault(step, StepCost())
+            for name in (f.name for f in fields(StepCost)):
+                setattr(cost, name, getattr(cost, name) + getattr(call, name))
+        for listener in self.listeners:
+            listener(step, call)
+
+    @property
+    def calls(self) -> int:
+        with self._lock:
+            return sum(cost.calls for cost in self.steps.values())
+
+    def snapshot(self) -> dict[str, StepCost]:
+        with self._lock:
+            return {step: replace(cost) for step, cost in self.steps.items()}
+
+
+def profile_delta(after: dict[str, StepCost], before: dict[str, StepCost]) -> dict[str, StepCost]:
+    """What was spent between two snapshots, per step that made a call."""
+    spent = {step: cost.minus(before.get(step, StepCost())) for step, cost in after.items()}
+    return {step: cost for step, cost in spent.items() if cost.calls}
+
+
+def profile_table(steps: dict[str, dict]) -> str:
+    """A markdown table of a profile (step -> StepCost fields), with a total row."""
+    names = [f.name for f in fields(StepCost)]
+    total = {name: sum(cost[name] for cost in steps.values()) for name in names}
+    head = "| step | calls | DSPy cache hits | prompt tokens | served from the prompt cache | generated tokens | seconds |"
+    lines = [head, "|---|" + "---:|" * len(names)]
+    for step, cost in [*steps.items(), ("total", total)]:
+        cells = [f"{cost[name]:.4g}" if isinstance(cost[name], float) else str(cost[name]) for name in names]
+        lines.append(f"| {step} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"

