@@ -1,62 +1,26 @@
-"""The retriever's hyperparameters, and the type check every configuration section shares.
+"""The retriever's hyperparameters, and what every configuration section shares.
 
-Plain dataclasses with no heavy imports: the command line reads a config (and prints `--help`)
-without loading DSPy, FAISS or torch. `pipeline/config.py` holds the other sections; this one
-lives in `modules/` because `HypergraphRetriever` takes it and `modules/` imports nothing above it.
+Each section is a pydantic dataclass: strict types (`"0.5"` is not a number, `true` is not a
+count, 2.5 is not a depth), unknown fields refused, every number within its `Field` range, each
+checked when the section is made or a field is set. The command line reads a config (and prints
+`--help`) without loading DSPy, FAISS or torch. `pipeline/config.py` holds the other sections;
+this one lives in `modules/` because `HypergraphRetriever` takes it and `modules/` imports nothing
+above it.
 """
 
 from __future__ import annotations
 
+import functools
 import typing
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, fields
 from types import NoneType, UnionType
+
+from pydantic import ConfigDict, Field, ValidationError
+from pydantic.dataclasses import dataclass
 
 from modules.errors import HyperProveError
 
-
-def _accepts(kind, value) -> bool:
-    """Whether `value` (parsed JSON) is of the annotated type: bool is not an int, an int is a float."""
-    if isinstance(kind, UnionType) or typing.get_origin(kind) is typing.Union:
-        return any(_accepts(option, value) for option in typing.get_args(kind))
-    if kind is NoneType:
-        return value is None
-    if kind is bool:
-        return isinstance(value, bool)
-    if kind is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if kind is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if kind is str:
-        return isinstance(value, str)
-    if typing.get_origin(kind) is list:
-        (item,) = typing.get_args(kind)
-        return isinstance(value, list) and all(_accepts(item, element) for element in value)
-    raise TypeError(f"config fields of type {kind!r} are not supported")
-
-
-def _describe(kind) -> str:
-    if isinstance(kind, UnionType) or typing.get_origin(kind) is typing.Union:
-        return " or ".join(_describe(option) for option in typing.get_args(kind))
-    if kind is NoneType:
-        return "null"
-    if typing.get_origin(kind) is list:
-        return f"a list of {_describe(typing.get_args(kind)[0])}"
-    return {bool: "true or false", int: "a whole number", float: "a number", str: "a string"}[kind]
-
-
-def check_types(section, name: str) -> None:
-    """Raise one line naming `name.field` when a field holds the wrong JSON type (`"0.5"` for a
-    number, `true` for a count, 2.5 for a depth); whole numbers given for float fields become floats."""
-    hints = typing.get_type_hints(type(section))
-    for field in fields(section):
-        kind, value = hints[field.name], getattr(section, field.name)
-        if not _accepts(kind, value):
-            raise HyperProveError(f"{name} config: {field.name}={value!r} must be {_describe(kind)}")
-        if kind is float or (isinstance(kind, UnionType) and float in typing.get_args(kind)):
-            if isinstance(value, int):
-                setattr(section, field.name, float(value))
-        elif typing.get_origin(kind) is list and typing.get_args(kind)[0] is float:
-            setattr(section, field.name, [float(v) for v in value])
+STRICT = ConfigDict(strict=True, extra="forbid", validate_assignment=True)
 
 
 def short_repr(value, limit: int = 40) -> str:
@@ -65,50 +29,100 @@ def short_repr(value, limit: int = 40) -> str:
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
-def check_ranges(section, name: str, ranges: dict[str, tuple]) -> None:
-    """Raise one line naming `name.field` when a numeric field lies outside its [low, high]."""
-    for field_name, (low, high) in ranges.items():
-        value = getattr(section, field_name)
-        if value is not None and not low <= value <= high:
-            raise HyperProveError(f"{name} config: {field_name}={short_repr(value)} must lie in [{low}, {high}]")
+def _kind(annotation) -> str:
+    """What a field takes, in the words of a refusal: "a number", "a whole number or null", ..."""
+    if isinstance(annotation, UnionType) or typing.get_origin(annotation) is typing.Union:
+        return " or ".join(_kind(option) for option in typing.get_args(annotation))
+    if typing.get_origin(annotation) is typing.Literal:
+        options = [repr(option) for option in typing.get_args(annotation)]
+        return " or ".join(options) if len(options) == 2 else "one of " + ", ".join(options)
+    if typing.get_origin(annotation) is list:
+        return f"a list of {_kind(typing.get_args(annotation)[0])}"
+    return {NoneType: "null", bool: "true or false", int: "a whole number", float: "a number", str: "a string"}[annotation]
 
 
-@dataclass
+def _bounds(cls, name: str) -> tuple:
+    """A field's [low, high] from its `Field(ge=..., le=...)`."""
+    low = high = None
+    for rule in cls.__pydantic_fields__[name].metadata:
+        low = getattr(rule, "ge", low) if getattr(rule, "ge", None) is not None else low
+        high = getattr(rule, "le", high) if getattr(rule, "le", None) is not None else high
+    return low, high
+
+
+def refusal(cls, section: str, error: ValidationError, given: dict) -> HyperProveError:
+    """The first problem pydantic found, as one line naming `section.field`, its value and what
+    it must be: "retriever config: alpha='0.5' must be a number"."""
+    problem = error.errors()[0]
+    name = str(problem["loc"][0]) if problem["loc"] else ""
+    if problem["type"] in ("unexpected_keyword_argument", "extra_forbidden"):
+        known = ", ".join(f.name for f in fields(cls))
+        return HyperProveError(f"{section} config: unknown field {name!r} (known: {known})")
+    value = given.get(name, problem.get("input"))
+    if problem["type"] in ("greater_than_equal", "less_than_equal"):
+        low, high = _bounds(cls, name)
+        return HyperProveError(f"{section} config: {name}={short_repr(value)} must lie in [{low}, {high}]")
+    annotation = typing.get_type_hints(cls)[name]
+    return HyperProveError(f"{section} config: {name}={short_repr(value)} must be {_kind(annotation)}")
+
+
+def config_section(section: str):
+    """A configuration section: a strict pydantic dataclass whose refusals are one
+    HyperProveError line (`refusal`), on construction and on assignment alike."""
+
+    def make(cls):
+        cls = dataclass(config=STRICT)(cls)
+        init, assign = cls.__init__, cls.__setattr__
+
+        @functools.wraps(init)
+        def __init__(self, *args, **values):
+            try:
+                init(self, *args, **values)
+            except ValidationError as error:
+                raise refusal(cls, section, error, values) from None
+
+        def __setattr__(self, name, value):
+            try:
+                assign(self, name, value)
+            except ValidationError as error:
+                raise refusal(cls, section, error, {name: value}) from None
+
+        cls.__init__, cls.__setattr__ = __init__, __setattr__
+        return cls
+
+    return make
+
+
+@config_section("retriever")
 class RetrieverConfig:
-    """The hyperparameters of steps 6-9 (alpha, theta, L, K and the bounds of the search)."""
+    """The hyperparameters of steps 6-9 (alpha, theta, L, K and the bounds of the search). The
+    upper ends of the ranges lie far beyond any setting measured: past them a search would run
+    without bound (walk_steps 10**7, depth 10**400)."""
 
-    alpha: float = 0.9  # step 9: weight of the dense cosine against struct (chosen on MuSiQue train)
-    theta: float = 0.05  # step 8: keep transitions T*[i,j] > theta
-    depth: int = 2  # step 8: L, breadth-first steps from the seeds
-    top_k: int = 3  # step 9: K facts added to the frontier per hop
-    n_seeds: int = 10  # step 6: dense entry facts per hop
-    subgraph_bound: int = 600  # step 7: facts in the local subgraph G*_t
-    walk_steps: int = 2  # step 7: random-walk steps that rank facts for G*_t
-    push_epsilon: float = 1e-5  # step 7: smallest per-fact mass an entity or passage spreads
-    entity_weight: float = 0.1  # step 9, added: score bonus of a fact naming an entity the query names (chosen on 2Wiki train)
+    alpha: float = Field(0.9, ge=0.0, le=1.0)  # step 9: weight of the dense cosine against struct (chosen on MuSiQue train)
+    theta: float = Field(0.05, ge=0.0, le=0.999999)  # step 8: keep transitions T*[i,j] > theta
+    depth: int = Field(2, ge=0, le=10)  # step 8: L, breadth-first steps from the seeds
+    top_k: int = Field(3, ge=1, le=100)  # step 9: K facts added to the frontier per hop
+    n_seeds: int = Field(10, ge=1, le=1000)  # step 6: dense entry facts per hop
+    subgraph_bound: int = Field(600, ge=1, le=100_000)  # step 7: facts in the local subgraph G*_t
+    walk_steps: int = Field(2, ge=0, le=50)  # step 7: random-walk steps that rank facts for G*_t
+    push_epsilon: float = Field(1e-5, ge=0.0, le=1.0)  # step 7: smallest per-fact mass an entity or passage spreads
+    entity_weight: float = Field(0.1, ge=0.0, le=1.0)  # step 9, added: score bonus of a fact naming an entity the query names (chosen on 2Wiki train)
 
     # What a recorded config without these fields ran with (records made before they existed).
     RECORDED_WITHOUT = {"entity_weight": 0.0}
 
-    # The range of each field: a setting outside it cannot run (a negative K) or would run without
-    # bound (walk_steps 10**7, depth 10**400); the upper ends lie far beyond any setting measured.
-    RANGES = {"alpha": (0.0, 1.0), "theta": (0.0, 0.999999), "depth": (0, 10), "top_k": (1, 100), "n_seeds": (1, 1000),
-              "subgraph_bound": (1, 100_000), "walk_steps": (0, 50), "push_epsilon": (0.0, 1.0), "entity_weight": (0.0, 1.0)}
-
-    def __post_init__(self) -> None:
-        check_types(self, "retriever")
-        check_ranges(self, "retriever", self.RANGES)
-
-    def out_of_range(self) -> list[str]:
-        """The fields whose value lies outside RANGES (NaN lies outside every range)."""
-        return [name for name, (low, high) in self.RANGES.items() if not low <= getattr(self, name) <= high]
+    @classmethod
+    def accepts(cls, name: str, value) -> bool:
+        """Whether `name` may take `value` (its type and range)."""
+        try:
+            cls(**{name: value})
+        except HyperProveError:
+            return False
+        return True
 
     @classmethod
     def from_dict(cls, values: dict) -> "RetrieverConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise HyperProveError(f"retriever config: unknown field {unknown[0]!r} (known: {', '.join(sorted(known))})")
         return cls(**values)
 
     def to_dict(self) -> dict:

@@ -9,15 +9,18 @@ JSON object as the last line of output); bad input exits 2 with a one-line `erro
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
 import os
 import sys
+import types
+import typing
 from typing import Callable
 
-from modules.config import TUNABLES, tunable_type
+from modules.config import TUNABLES
 from modules.errors import HyperProveError, first_line
-from pipeline.config import ADAPTERS, BRIDGE_REWRITES, EXTRACTORS, READER_EVIDENCE, HyperProveConfig
+from pipeline.config import _SECTIONS, ADAPTERS, BRIDGE_REWRITES, EXTRACTORS, READER_EVIDENCE, HyperProveConfig
 
 # Third-party settings the command line fixes for every command: no reaching for the network at
 # import or first use, and no progress bars of MLflow's own between ours.
@@ -31,32 +34,49 @@ LIBRARY_DEFAULTS = {
 }
 LM_ERROR_MODULES = {"litellm", "openai", "httpx", "httpcore"}  # besides DSPy's own LMError
 
-EVALUATION_FLAGS = ("questions", "corpus", "index", "retrievers", "decomposition", "read", "limit", "out")
-SWEEP_FLAGS = ("trials", "objective", "storage", "study", "seed", "best_out", "validate", "transfer_questions", "transfer_corpus")
-COMPILE_FLAGS = ("questions", "corpus", "target", "optimizer", "train", "val", "max_bootstrapped_demos", "max_labeled_demos",
-                 "threshold", "auto", "budget", "prompt_lm", "seed", "keep_builtin", "out")
+TOP_LEVEL = "cache_dir"  # the one config field outside a section
+
+
+def config_flag(parser: argparse.ArgumentParser, flag: str, target: str, help: str, shown: str | None = None, **options) -> None:
+    """A flag that sets `target` ("section.field", or "cache_dir") of the config. Its type, its
+    choices and the default its help names come from the field itself, so they cannot drift from
+    the config; `shown` words a default that is not a plain value (None that means "the embedded
+    model"). Unset, the flag leaves the config file's value (or the field's default) alone."""
+    section, _, name = target.rpartition(".")
+    owner = _SECTIONS[section] if section else HyperProveConfig
+    annotation = typing.get_type_hints(owner)[name]
+    default = next(f for f in dataclasses.fields(owner) if f.name == name)
+    default = default.default_factory() if default.default_factory is not dataclasses.MISSING else default.default
+    default = getattr(default, "default", default)  # a pydantic Field's own default
+    options.setdefault("dest", target)
+    union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
+    kinds = [kind for kind in typing.get_args(annotation) if kind is not type(None)] if union else [annotation]
+    if typing.get_origin(kinds[0]) is typing.Literal:
+        options.setdefault("choices", list(typing.get_args(kinds[0])))
+    elif kinds[0] is bool:
+        options.setdefault("action", argparse.BooleanOptionalAction)
+    elif "action" not in options:
+        options.setdefault("metavar", name.upper())
+        if kinds[0] in (int, float):
+            options.setdefault("type", kinds[0])
+    if shown is None and default is not None:
+        shown = {True: "on", False: "off"}.get(default, default) if isinstance(default, bool) else default
+    parser.add_argument(flag, help=help + (f" (default: {shown})" if shown is not None else ""), **options)
 
 
 def build_config(args: argparse.Namespace) -> HyperProveConfig:
-    """The config file (if any) with the flags on top."""
+    """The config file (if any) with the flags that were given on top (`config_flag`)."""
     path = getattr(args, "config", None)
     base = HyperProveConfig.from_file(path) if path else HyperProveConfig()
-    flag = lambda name: getattr(args, name, None)  # noqa: E731
-    return base.with_overrides(
-        retriever={name: flag(name) for name in TUNABLES},
-        index={"extractor": flag("extractor"), "embedder": flag("embedder"), "eta": flag("eta")},
-        lm={"model": flag("lm_model"), "threads": flag("lm_threads"), "adapter": flag("lm_adapter")},
-        program={"max_hops": flag("max_hops"), "compiled": flag("program"), "entity_retries": flag("entity_retries"),
-                 "grounded_hops": flag("grounded_hops"), "question_channel": flag("question_channel"),
-                 "reader_evidence": flag("reader_evidence"), "comparison_demos": flag("comparison_demos"),
-                 "bridge_rewrite": flag("bridge_rewrite"), "grounded_in": flag("grounded_in"),
-                 "choose_options": flag("choose_options"), "fold_identities": flag("fold_identities")},
-        evaluation={k: flag(k) for k in EVALUATION_FLAGS} if args.command in ("evaluate", "sweep") else {},
-        sweep={k: flag(k) for k in SWEEP_FLAGS} if args.command == "sweep" else {},
-        compile={k: flag(k) for k in COMPILE_FLAGS} if args.command == "compile" else {},
-        tracking={"uri": flag("tracking_uri"), "enabled": flag("track"), "traces": flag("traces")},
-        cache_dir=flag("cache_dir"),
-    )
+    overrides: dict[str, dict] = {name: {} for name in _SECTIONS}
+    top = {}
+    for target, value in vars(args).items():
+        section, _, name = target.rpartition(".")
+        if value is not None and section in _SECTIONS:
+            overrides[section][name] = value
+        elif value is not None and target == TOP_LEVEL:
+            top[target] = value
+    return base.with_overrides(**overrides, **top)
 
 
 # --- the commands: config -> one call -----------------------------------------------------------------
@@ -111,7 +131,7 @@ def cmd_evaluate(args, make_runtime) -> dict:
 def cmd_reproduce(args, make_runtime) -> dict:
     from optimize.reproduce import reproduce
 
-    return reproduce(args.run_id, build_config(args).tracking, args.out, args.cache_dir, args.trust_record, make_runtime)
+    return reproduce(args.run_id, build_config(args).tracking, args.out, getattr(args, TOP_LEVEL), args.trust_record, make_runtime)
 
 
 def cmd_ui(args, make_runtime) -> dict:
@@ -121,53 +141,56 @@ def cmd_ui(args, make_runtime) -> dict:
 
 
 # --- flags -----------------------------------------------------------------------------------------------
-def _add_config_flags(parser: argparse.ArgumentParser, retriever: bool = True, extractor: str = "sentences") -> None:
+def _add_config_flags(parser: argparse.ArgumentParser, retriever: bool = True, extractor: str | None = None) -> None:
     parser.add_argument("--config", help="experiment config file (JSON); flags override it")
-    parser.add_argument("--extractor", choices=list(EXTRACTORS),
-                        help=f"fact extractor (default: {extractor}): " + "; ".join(f"{k}: {v}" for k, v in EXTRACTORS.items()))
-    parser.add_argument("--embedder", help="embedder id (default: all-MiniLM-L6-v2, from its package)")
-    parser.add_argument("--eta", type=float, help="synonym cosine threshold (default 0.8)")
-    parser.add_argument("--cache-dir", help="embeddings, indexes, LM extractions and LM calls (default .hyperprove/cache)")
+    config_flag(parser, "--extractor", "index.extractor", "fact extractor: " + "; ".join(f"{k}: {v}" for k, v in EXTRACTORS.items()),
+                shown=extractor)
+    config_flag(parser, "--embedder", "index.embedder", "embedder id (from its package)")
+    config_flag(parser, "--eta", "index.eta", "synonym cosine threshold (step 2)")
+    config_flag(parser, "--cache-dir", TOP_LEVEL, "embeddings, indexes, LM extractions and LM calls")
     if retriever:
         for name, tunable in TUNABLES.items():
-            parser.add_argument(tunable.flag, type=tunable_type(name), dest=name, help=tunable.help)
-    parser.add_argument("--lm", dest="lm_model", help="LiteLLM model id, e.g. openai/gpt-4o-mini (default: the embedded local model)")
-    parser.add_argument("--lm-threads", type=int, help="concurrent LM requests (default: 1 for the local model, 8 for an API model)")
-    parser.add_argument("--lm-adapter", choices=list(ADAPTERS), help="prompt layout: " + "; ".join(f"{k}: {v}" for k, v in ADAPTERS.items()))
+            config_flag(parser, tunable.flag, f"retriever.{name}", tunable.help)
+    config_flag(parser, "--lm", "lm.model", "LiteLLM model id, e.g. openai/gpt-4o-mini", shown="the embedded local model")
+    config_flag(parser, "--lm-threads", "lm.threads", "concurrent LM requests", shown="1 for the local model, 8 for an API model")
+    config_flag(parser, "--lm-adapter", "lm.adapter", "prompt layout: " + "; ".join(f"{k}: {v}" for k, v in ADAPTERS.items()),
+                shown="lean-prefilled on the local model, chat on an API model")
     parser.add_argument("--json", action="store_true", help="end with one JSON object")
 
 
 def _add_tracking_flags(parser: argparse.ArgumentParser, logs: str | None = None, traces: bool = False) -> None:
     """--tracking-uri, --no-track for commands that log `logs` (one run, or runs), and --no-trace
     for commands whose LM questions are traced."""
-    parser.add_argument("--tracking-uri", help="MLflow tracking store (default sqlite:///.hyperprove/mlflow.db)")
+    config_flag(parser, "--tracking-uri", "tracking.uri", "MLflow tracking store")
     if logs:
-        parser.add_argument("--no-track", action="store_const", const=False, dest="track", help=f"do not log {logs}")
+        parser.add_argument("--no-track", action="store_const", const=False, dest="tracking.enabled", help=f"do not log {logs}")
     if traces:
-        parser.add_argument("--no-trace", action="store_const", const=False, dest="traces",
+        parser.add_argument("--no-trace", action="store_const", const=False, dest="tracking.traces",
                             help="no MLflow trace per question (the LM's prompts and outputs, the retriever's trace)")
 
 
 def _add_program_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--program", help="compiled program JSON (from `hyperprove compile`)")
-    parser.add_argument("--max-hops", type=int, help="most sub-questions per question (default 4)")
-    parser.add_argument("--entity-retries", type=int, help="asks again for a decomposition that drops or invents a name of the question (0: no check)")
-    parser.add_argument("--grounded-hops", action=argparse.BooleanOptionalAction,
-                        help="a hop answer its facts do not contain is asked again, then replaced by a span of the facts of the kind asked for")
-    parser.add_argument("--question-channel", action=argparse.BooleanOptionalAction,
-                        help="interleave the ranking for the whole question first with the hops' rankings")
-    parser.add_argument("--comparison-demos", action=argparse.BooleanOptionalAction,
-                        help="Decompose also shows two comparisons and is asked to keep the question's names")
-    parser.add_argument("--reader-evidence", choices=list(READER_EVIDENCE),
-                        help="what the final reader sees: " + "; ".join(f"{k}: {v}" for k, v in READER_EVIDENCE.items()))
-    parser.add_argument("--grounded-in", choices=["cited", "evidence"],
-                        help="with --grounded-hops, where a hop answer must occur: the facts the hop reader cited, or any of the hop's facts")
-    parser.add_argument("--choose-options", action=argparse.BooleanOptionalAction,
-                        help="a final answer that is none of the options the question names (\"..., A or B?\") is asked for again as a choice")
-    parser.add_argument("--fold-identities", action=argparse.BooleanOptionalAction,
-                        help="drop sub-questions that only ask who a named thing is (\"Who is X?\"), writing X where later ones refer to them")
-    parser.add_argument("--bridge-rewrite", choices=list(BRIDGE_REWRITES),
-                        help="how a sub-question's #k become earlier answers: " + "; ".join(f"{k}: {v}" for k, v in BRIDGE_REWRITES.items()))
+    config_flag(parser, "--program", "program.compiled", "compiled program JSON (from `hyperprove compile`)",
+                shown="the built-in demonstrations")
+    config_flag(parser, "--max-hops", "program.max_hops", "most sub-questions per question")
+    config_flag(parser, "--entity-retries", "program.entity_retries",
+                "asks again for a decomposition that drops or invents a name of the question (0: no check)")
+    config_flag(parser, "--grounded-hops", "program.grounded_hops",
+                "a hop answer its facts do not contain is asked again, then replaced by a span of the facts of the kind asked for")
+    config_flag(parser, "--question-channel", "program.question_channel",
+                "interleave the ranking for the whole question first with the hops' rankings")
+    config_flag(parser, "--comparison-demos", "program.comparison_demos",
+                "Decompose also shows two comparisons and is asked to keep the question's names")
+    config_flag(parser, "--reader-evidence", "program.reader_evidence",
+                "what the final reader sees: " + "; ".join(f"{k}: {v}" for k, v in READER_EVIDENCE.items()))
+    config_flag(parser, "--grounded-in", "program.grounded_in",
+                "with --grounded-hops, where a hop answer must occur: the facts the hop reader cited, or any of the hop's facts")
+    config_flag(parser, "--choose-options", "program.choose_options",
+                "a final answer that is none of the options the question names (\"..., A or B?\") is asked for again as a choice")
+    config_flag(parser, "--fold-identities", "program.fold_identities",
+                "drop sub-questions that only ask who a named thing is (\"Who is X?\"), writing X where later ones refer to them")
+    config_flag(parser, "--bridge-rewrite", "program.bridge_rewrite",
+                "how a sub-question's #k become earlier answers: " + "; ".join(f"{k}: {v}" for k, v in BRIDGE_REWRITES.items()))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -198,70 +221,73 @@ def build_parser() -> argparse.ArgumentParser:
     _add_program_flags(demo)
     demo.add_argument("--write-facts", action="store_true", help="extract the demo corpus afresh with the LM and write experiments/demo/facts.json")
     _add_tracking_flags(demo, "the questions' MLflow traces", traces=True)
-    demo.set_defaults(run=cmd_demo, extractor="lm")  # the demo shows the LM extractor
+    demo.set_defaults(run=cmd_demo, **{"index.extractor": "lm"})  # the demo shows the LM extractor
 
     evaluate = commands.add_parser("evaluate", help="run retrievers on a question set: Recall@2/@5 (and EM/F1 with an LM), one MLflow run")
-    evaluate.add_argument("--questions", help="questions JSON (project schema or HippoRAG's)")
-    evaluate.add_argument("--corpus", help="corpus JSON the questions refer to")
-    evaluate.add_argument("--index", help="index directory built from that corpus (default: built and cached)")
-    evaluate.add_argument(
-        "--retriever", dest="retrievers",
-        help="comma-separated systems, run in one invocation over one index: dense | bm25 | ppr (HippoRAG 2-style) | "
-             "proprag (beam search over fact paths) | dense-facts | hypergraphrag (one-shot entity expansion) | "
-             "hyperprove-fixed (ablation) | dense-iterative | hyperprove | "
-             "hyperprove-passages (the program's top 5 through the same reader) (default: dense)",
-    )
-    evaluate.add_argument(
-        "--decomposition", choices=["gold", "lm"],
-        help="gold (default): the datasets' gold sub-questions, retrieval only; lm: hyperprove runs the full program (EM, F1, LM calls)",
-    )
-    evaluate.add_argument("--read", action=argparse.BooleanOptionalAction,
-                          help="with --decomposition lm: every other system's top 5 passages go to the same reader (default: on)")
-    evaluate.add_argument("--limit", type=int, help="evaluate the first N questions only")
-    evaluate.add_argument("--out", help="results directory: results.md, results.json, predictions.json, index_manifest.json")
+    config_flag(evaluate, "--questions", "evaluation.questions", "questions JSON (project schema or HippoRAG's)")
+    config_flag(evaluate, "--corpus", "evaluation.corpus", "corpus JSON the questions refer to")
+    config_flag(evaluate, "--index", "evaluation.index", "index directory built from that corpus", shown="built and cached")
+    config_flag(evaluate, "--retriever", "evaluation.retrievers",
+                "comma-separated systems, run in one invocation over one index: dense | bm25 | ppr (HippoRAG 2-style) | "
+                "proprag (beam search over fact paths) | dense-facts | hypergraphrag (one-shot entity expansion) | "
+                "hyperprove-fixed (ablation) | dense-iterative | hyperprove | "
+                "hyperprove-passages (the program's top 5 through the same reader)", shown="dense")
+    config_flag(evaluate, "--decomposition", "evaluation.decomposition",
+                "gold: the datasets' gold sub-questions, retrieval only; lm: hyperprove runs the full program (EM, F1, LM calls)")
+    config_flag(evaluate, "--read", "evaluation.read", "with --decomposition lm: every other system's top 5 passages go to the same reader")
+    config_flag(evaluate, "--limit", "evaluation.limit", "evaluate the first N questions only")
+    config_flag(evaluate, "--out", "evaluation.out", "results directory: results.md, results.json, predictions.json, index_manifest.json",
+                shown=".hyperprove/results/<name>-<time>")
     _add_tracking_flags(evaluate, "an MLflow run", traces=True)
     _add_config_flags(evaluate)
     _add_program_flags(evaluate)
     evaluate.set_defaults(run=cmd_evaluate)
 
     sweep = commands.add_parser("sweep", help="Optuna TPE over alpha, theta, L and K; resumable study, MLflow runs per trial")
-    sweep.add_argument("--questions", help="questions JSON to optimise on (a train split)")
-    sweep.add_argument("--corpus", help="corpus JSON the questions refer to")
-    sweep.add_argument("--decomposition", choices=["gold", "lm"], help="gold (default): gold sub-questions; lm: the full program (for F1/EM)")
-    sweep.add_argument("--limit", type=int, help="the first N questions only")
-    sweep.add_argument("--trials", type=int, help="finished trials the study should reach, all workers together (default 30; a rerun continues)")
-    sweep.add_argument("--objective", choices=["recall@5", "recall@2", "f1", "em"], help="maximised (default recall@5)")
-    sweep.add_argument("--storage", help="Optuna storage URL (default sqlite:///.hyperprove/optuna.db); several workers may share one")
-    sweep.add_argument("--study", help="study name (default hyperprove)")
-    sweep.add_argument("--seed", type=int, help="TPE seed (default 0)")
-    sweep.add_argument("--best-out", help="experiment config to write with the best parameters")
-    sweep.add_argument("--validate", help="held-out questions (e.g. dev) to score the best and the configured parameters on afterwards")
-    sweep.add_argument("--transfer-questions", help="held-out questions over another corpus (with --transfer-corpus): does the best setting carry over?")
-    sweep.add_argument("--transfer-corpus", help="the corpus --transfer-questions refer to")
-    sweep.add_argument("--out", help="folder for sweep.json (summary, validation) and the plots")
+    config_flag(sweep, "--questions", "evaluation.questions", "questions JSON to optimise on (a train split)")
+    config_flag(sweep, "--corpus", "evaluation.corpus", "corpus JSON the questions refer to")
+    config_flag(sweep, "--decomposition", "evaluation.decomposition", "gold: gold sub-questions; lm: the full program (for F1/EM)")
+    config_flag(sweep, "--limit", "evaluation.limit", "the first N questions only")
+    config_flag(sweep, "--trials", "sweep.trials", "finished trials the study should reach, all workers together; a rerun continues")
+    config_flag(sweep, "--objective", "sweep.objective", "maximised")
+    config_flag(sweep, "--storage", "sweep.storage", "Optuna storage URL; several workers may share one")
+    config_flag(sweep, "--study", "sweep.study", "study name")
+    config_flag(sweep, "--seed", "sweep.seed", "TPE seed")
+    config_flag(sweep, "--best-out", "sweep.best_out", "experiment config to write with the best parameters")
+    config_flag(sweep, "--validate", "sweep.validate", "held-out questions (e.g. dev) to score the best and the configured parameters on afterwards")
+    config_flag(sweep, "--transfer-questions", "sweep.transfer_questions",
+                "held-out questions over another corpus (with --transfer-corpus): does the best setting carry over?")
+    config_flag(sweep, "--transfer-corpus", "sweep.transfer_corpus", "the corpus --transfer-questions refer to")
+    config_flag(sweep, "--out", "evaluation.out", "folder for sweep.json (summary, validation) and the plots")
     _add_tracking_flags(sweep, "MLflow runs")
     _add_config_flags(sweep, retriever=False)
     _add_program_flags(sweep)
     sweep.set_defaults(run=calls("optimize.sweep:run_sweep"))
 
     compile_ = commands.add_parser("compile", help="compile the LM steps with a DSPy optimizer on training questions; writes the program JSON")
-    compile_.add_argument("--questions", help="training questions JSON (MuSiQue's and 2Wiki's carry the gold decompositions decompose and rewrite need)")
-    compile_.add_argument("--corpus", help="corpus JSON the questions refer to")
-    compile_.add_argument("--target", choices=["decompose", "rewrite", "program"],
-                          help="decompose (default) or rewrite: supervised by gold decompositions; program: every predictor, against answer F1")
-    compile_.add_argument("--optimizer", choices=["bootstrap", "mipro", "gepa"], help="BootstrapFewShot (default), MIPROv2 or GEPA")
-    compile_.add_argument("--train", type=int, help="the first N examples to compile on (default 20)")
-    compile_.add_argument("--val", type=int, help="the next N examples, graded before and after (default 20; 0: none)")
-    compile_.add_argument("--demos", type=int, dest="max_bootstrapped_demos", help="bootstrapped demonstrations per predictor (default 2)")
-    compile_.add_argument("--labeled-demos", type=int, dest="max_labeled_demos", help="gold examples as demonstrations (default 2; decompose, rewrite); 0: the teacher answers with the program's own demonstrations, and only its graded traces are kept")
-    compile_.add_argument("--keep-builtin-demos", action="store_const", const=True, dest="keep_builtin",
-                          help="keep the built-in demonstrations, ahead of the compiled ones (default: the compiled ones replace them)")
-    compile_.add_argument("--threshold", type=float, help="grade a bootstrapped trace must reach (default: 0.6 decompose, 0.8 rewrite, 0.5 program)")
-    compile_.add_argument("--auto", choices=["light", "medium", "heavy"], help="MIPROv2/GEPA budget (default light)")
-    compile_.add_argument("--budget", type=int, help="instead of --auto, a fixed small budget: GEPA's metric calls, or MIPROv2's candidates and trials")
-    compile_.add_argument("--prompt-lm", help="LiteLLM id that proposes instructions (MIPROv2) or reflects (GEPA); default: --lm")
-    compile_.add_argument("--seed", type=int, help="optimizer seed (default 0)")
-    compile_.add_argument("--out", help="compiled program JSON to write")
+    config_flag(compile_, "--questions", "compile.questions",
+                "training questions JSON (MuSiQue's and 2Wiki's carry the gold decompositions decompose and rewrite need)")
+    config_flag(compile_, "--corpus", "compile.corpus", "corpus JSON the questions refer to")
+    config_flag(compile_, "--target", "compile.target",
+                "decompose or rewrite: supervised by gold decompositions; program: every predictor, against answer F1")
+    config_flag(compile_, "--optimizer", "compile.optimizer", "bootstrap: BootstrapFewShot; mipro: MIPROv2; gepa: GEPA")
+    config_flag(compile_, "--train", "compile.train", "the first N examples to compile on")
+    config_flag(compile_, "--val", "compile.val", "the next N examples, graded before and after (0: none)")
+    config_flag(compile_, "--demos", "compile.max_bootstrapped_demos", "bootstrapped demonstrations per predictor")
+    config_flag(compile_, "--labeled-demos", "compile.max_labeled_demos",
+                "gold examples as demonstrations (decompose, rewrite); 0: the teacher answers with the program's own "
+                "demonstrations, and only its graded traces are kept")
+    config_flag(compile_, "--keep-builtin-demos", "compile.keep_builtin", "keep the built-in demonstrations, ahead of the compiled ones",
+                shown="the compiled ones replace them", action="store_const", const=True)
+    config_flag(compile_, "--threshold", "compile.threshold", "grade a bootstrapped trace must reach",
+                shown="0.6 decompose, 0.8 rewrite, 0.5 program")
+    config_flag(compile_, "--auto", "compile.auto", "MIPROv2/GEPA budget")
+    config_flag(compile_, "--budget", "compile.budget",
+                "instead of --auto, a fixed small budget: GEPA's metric calls, or MIPROv2's candidates and trials")
+    config_flag(compile_, "--prompt-lm", "compile.prompt_lm", "LiteLLM id that proposes instructions (MIPROv2) or reflects (GEPA)",
+                shown="--lm")
+    config_flag(compile_, "--seed", "compile.seed", "optimizer seed")
+    config_flag(compile_, "--out", "compile.out", "compiled program JSON to write", shown=".hyperprove/programs/<target>-<optimizer>-<time>.json")
     _add_tracking_flags(compile_, "an MLflow run")
     _add_config_flags(compile_)
     _add_program_flags(compile_)
@@ -270,7 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
     reproduce = commands.add_parser("reproduce", help="rerun a tracked evaluate run from its record and print the metric deltas")
     reproduce.add_argument("run_id", help="MLflow run id (printed by `hyperprove evaluate`, listed by `hyperprove ui`)")
     _add_tracking_flags(reproduce)
-    reproduce.add_argument("--cache-dir", help="cache dir to use (default .hyperprove/cache; the LM cache makes a rerun exact)")
+    config_flag(reproduce, "--cache-dir", TOP_LEVEL, "cache dir to use (the LM cache makes a rerun exact)")
     reproduce.add_argument("--out", help="results directory of the reproduction")
     reproduce.add_argument("--trust-record", action="store_true",
                            help="also take the record's LM, API endpoint and cache dir (a record names them; by default they are refused or replaced)")

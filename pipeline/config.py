@@ -2,18 +2,22 @@
 index build, the retriever, the LM, the program, the evaluation and the MLflow params. No module
 reads the environment.
 
-Every section is a plain dataclass that checks its own fields (types first: `"0.5"` is not a
-number, `true` is not a count), and this module imports nothing heavy, so reading a config or
-printing `hyperprove --help` loads neither DSPy nor FAISS nor torch. The retriever's section
-lives in `modules/config.py`, beside the list of tunable names.
+Every section is a strict pydantic dataclass (`modules.config.config_section`: types, ranges
+and choices checked on construction and assignment, each refusal one line), and this module
+imports nothing heavy, so reading a config or printing `hyperprove --help` loads neither DSPy
+nor FAISS nor torch. The retriever's section lives in `modules/config.py`, beside the list of
+tunable names.
 """
 
 from __future__ import annotations
 
+import typing
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from modules.config import TUNABLES, RetrieverConfig, check_ranges, check_types
+from pydantic import Field, field_validator
+
+from modules.config import TUNABLES, RetrieverConfig, config_section
 from modules.errors import HyperProveError
 from pipeline.files import read_json
 
@@ -30,29 +34,25 @@ ADAPTERS = {  # how prompts are laid out -> what the CLI help says
 }
 
 
-@dataclass
+Adapter = typing.Literal[tuple(ADAPTERS)]
+
+
+@config_section("lm")
 class LMConfig:
     """Which LM answers, and how it is called."""
 
     model: str | None = None  # a LiteLLM model id; None: the embedded local model
-    temperature: float = 0.0
-    max_tokens: int = 400
-    threads: int = 0  # concurrent requests; 0: 1 for the local model, 8 for an API model
+    temperature: float = Field(0.0, ge=0.0, le=2.0)
+    max_tokens: int = Field(400, ge=16, le=32_768)
+    threads: int = Field(0, ge=0, le=64)  # concurrent requests; 0: 1 for the local model, 8 for an API model
     api_base: str | None = None  # for OpenAI-compatible servers other than the embedded one
     local_model_dir: str = "~/.cache/hyperprove/models"  # where the 22 parts are joined once
-    local_context: int = 8192  # local model: context tokens, shared by the slots
-    local_cpu_threads: int = 0  # local model: compute threads (0: all cores)
-    adapter: str | None = None  # one of ADAPTERS; None: the model's default (`layout`)
+    local_context: int = Field(8192, ge=1024, le=131_072)  # local model: context tokens, shared by the slots
+    local_cpu_threads: int = Field(0, ge=0, le=256)  # local model: compute threads (0: all cores)
+    adapter: Adapter | None = None  # one of ADAPTERS; None: the model's default (`layout`)
 
     # What a recorded config without this field ran with (records made before it existed).
     RECORDED_WITHOUT = {"adapter": "chat"}
-
-    def __post_init__(self) -> None:
-        check_types(self, "lm")
-        check_ranges(self, "lm", {"threads": (0, 64), "max_tokens": (16, 32_768), "local_context": (1024, 131_072),
-                                  "local_cpu_threads": (0, 256), "temperature": (0.0, 2.0)})
-        if self.adapter is not None and self.adapter not in ADAPTERS:
-            raise HyperProveError(f"lm config: adapter={self.adapter!r} must be one of {', '.join(map(repr, ADAPTERS))}")
 
     @property
     def layout(self) -> str:
@@ -94,21 +94,21 @@ BRIDGE_REWRITES = {  # how step 5 fills a sub-question's "#k" -> what the CLI he
 }
 
 
-@dataclass
+@config_section("program")
 class ProgramConfig:
     """How the program runs the hops and what its final reader sees."""
 
-    max_hops: int = 4  # longer decompositions count as failed
-    carry: str = "supporting"  # "supporting" (the hop reader's cited facts) or "top_k"
+    max_hops: int = Field(4, ge=1, le=10)  # longer decompositions count as failed
+    carry: typing.Literal["supporting", "top_k"] = "supporting"  # the hop reader's cited facts, or the top K
     compiled: str | None = None  # compiled program JSON (`hyperprove compile`); None: the built-in demonstrations
     # The answer path; the defaults were chosen on MuSiQue and HotpotQA train (README, "The answer path").
-    entity_retries: int = 2  # asks again when a decomposition drops or invents a named word of the question; 0: no check
+    entity_retries: int = Field(2, ge=0, le=5)  # asks again when a decomposition drops or invents a named word of the question; 0: no check
     grounded_hops: bool = True  # a hop answer its evidence facts do not contain is asked again, then replaced by a span of the asked kind
-    grounded_in: str = "cited"  # "cited": the facts the hop reader cited; "evidence": any of the hop's facts will do
+    grounded_in: typing.Literal["cited", "evidence"] = "cited"  # "cited": the facts the hop reader cited; "evidence": any of the hop's facts will do
     question_channel: bool = True  # the ranking for the whole question is interleaved first with the hops' rankings
-    reader_evidence: str = "facts"  # one of READER_EVIDENCE
+    reader_evidence: typing.Literal[tuple(READER_EVIDENCE)] = "facts"  # one of READER_EVIDENCE
     comparison_demos: bool = True  # Decompose also shows two comparisons and is asked to keep the question's names
-    bridge_rewrite: str = "rule"  # one of BRIDGE_REWRITES: how a sub-question's "#k" become the resolved answers (step 5)
+    bridge_rewrite: typing.Literal[tuple(BRIDGE_REWRITES)] = "rule"  # one of BRIDGE_REWRITES: how a sub-question's "#k" become the resolved answers (step 5)
     choose_options: bool = True  # a final answer that is none of the options a question names is asked for again as a choice (every reader)
     fold_identities: bool = False  # sub-questions that only ask who a named thing is ("Who is X?") are dropped, X written where they were referred to
 
@@ -118,29 +118,17 @@ class ProgramConfig:
                         "comparison_demos": False, "bridge_rewrite": "lm", "grounded_in": "cited",
                         "choose_options": False, "fold_identities": False}
 
-    def __post_init__(self) -> None:
-        check_types(self, "program")
-        check_ranges(self, "program", {"max_hops": (1, 10), "entity_retries": (0, 5)})
-        if self.carry not in ("supporting", "top_k"):
-            raise HyperProveError(f"program config: carry={self.carry!r} must be 'supporting' or 'top_k'")
-        if self.reader_evidence not in READER_EVIDENCE:
-            raise HyperProveError(f"program config: reader_evidence={self.reader_evidence!r} must be one of {', '.join(map(repr, READER_EVIDENCE))}")
-        if self.grounded_in not in ("cited", "evidence"):
-            raise HyperProveError(f"program config: grounded_in={self.grounded_in!r} must be 'cited' or 'evidence'")
-        if self.bridge_rewrite not in BRIDGE_REWRITES:
-            raise HyperProveError(f"program config: bridge_rewrite={self.bridge_rewrite!r} must be one of {', '.join(map(repr, BRIDGE_REWRITES))}")
 
-
-@dataclass
+@config_section("index")
 class IndexConfig:
     """How a corpus becomes a hypergraph index (steps 1-3)."""
 
-    extractor: str = "sentences"  # one of EXTRACTORS
+    extractor: typing.Literal[tuple(EXTRACTORS)] = "sentences"  # one of EXTRACTORS
     embedder: str = DEFAULT_EMBEDDER
-    eta: float = 0.8  # step 2: synonym cosine threshold
-    synonym_neighbors: int = 10  # nearest names examined per entity for synonyms
-    exact_search_max: int = 50_000  # above this many vectors FAISS search is IVF, not exact
-    batch_size: int = 64  # embedder batch size
+    eta: float = Field(0.8, ge=1e-6, le=1.0)  # step 2: synonym cosine threshold
+    synonym_neighbors: int = Field(10, ge=1, le=1000)  # nearest names examined per entity for synonyms
+    exact_search_max: int = Field(50_000, ge=1, le=10**9)  # above this many vectors FAISS search is IVF, not exact
+    batch_size: int = Field(64, ge=1, le=4096)  # embedder batch size
 
     # The fields that shape the index (batch_size only paces the embedder): what the index cache is
     # keyed on, and what an index loaded for a run must have been built with.
@@ -149,38 +137,30 @@ class IndexConfig:
     def shaping(self) -> dict:
         return {name: getattr(self, name) for name in self.SHAPING}
 
-    def __post_init__(self) -> None:
-        check_types(self, "index")
-        check_ranges(self, "index", {"eta": (1e-6, 1.0), "synonym_neighbors": (1, 1000), "exact_search_max": (1, 10**9), "batch_size": (1, 4096)})
-        if self.extractor not in EXTRACTORS:
-            raise HyperProveError(f"index config: extractor={self.extractor!r} must be one of {', '.join(map(repr, EXTRACTORS))}")
 
-
-@dataclass
+@config_section("evaluation")
 class EvaluationConfig:
     """What `hyperprove evaluate` runs: which systems on which questions, and where results go."""
 
     questions: str | None = None  # questions JSON
     corpus: str | None = None  # corpus JSON the questions refer to
     index: str | None = None  # index directory (default: built once and cached)
-    retrievers: list[str] = field(default_factory=lambda: ["dense"])
-    decomposition: str = "gold"  # "gold" (MuSiQue's sub-questions, no LM) or "lm" (the full program)
+    retrievers: list[str] = Field(default_factory=lambda: ["dense"])
+    decomposition: typing.Literal["gold", "lm"] = "gold"  # gold sub-questions (no LM), or the full program
     read: bool = True  # with the LM: every system's top 5 passages also go to the same reader (False: they only rank)
-    limit: int | None = None  # the first N questions
+    limit: int | None = Field(None, ge=1, le=10**9)  # the first N questions
     out: str | None = None  # results directory (default: .hyperprove/results/<questions>-<decomposition>-<time>)
     name: str = ""  # the title of the results table and of the MLflow run
     description: str = ""
 
-    def __post_init__(self) -> None:
-        if isinstance(self.retrievers, str):  # "dense, ppr" from the command line
-            self.retrievers = [name.strip() for name in self.retrievers.split(",") if name.strip()]
-        check_types(self, "evaluation")
-        if self.decomposition not in ("gold", "lm"):
-            raise HyperProveError(f"evaluation config: decomposition={self.decomposition!r} must be 'gold' or 'lm'")
-        check_ranges(self, "evaluation", {"limit": (1, 10**9)})
+    @field_validator("retrievers", mode="before")
+    @classmethod
+    def _listed(cls, value):
+        """"dense, ppr" from the command line is the list of both."""
+        return [name.strip() for name in value.split(",") if name.strip()] if isinstance(value, str) else value
 
 
-@dataclass
+@config_section("tracking")
 class TrackingConfig:
     """Where MLflow runs go: a SQLite store and an artifact folder under `.hyperprove` by default."""
 
@@ -190,29 +170,26 @@ class TrackingConfig:
     enabled: bool = True
     traces: bool = True  # with the LM, one MLflow trace per question (ask, demo, evaluate)
 
-    def __post_init__(self) -> None:
-        check_types(self, "tracking")
-
 
 SWEEP_OBJECTIVES = ("recall@5", "recall@2", "f1", "em")
 TIE_BREAKS = {"recall@5": "recall@2", "recall@2": "recall@5", "f1": "em", "em": "f1"}
 
 
-@dataclass
+@config_section("sweep")
 class SweepConfig:
     """What a sweep searches, how long, and where the study is stored."""
 
-    trials: int = 30  # finished (complete or pruned) trials the study should reach
-    objective: str = "recall@5"
+    trials: int = Field(30, ge=1, le=100_000)  # finished (complete or pruned) trials the study should reach
+    objective: typing.Literal[SWEEP_OBJECTIVES] = "recall@5"
     break_ties: bool = True  # order trials that tie on the objective by its partner metric (TIE_BREAKS)
     storage: str = "sqlite:///.hyperprove/optuna.db"
     study: str = "hyperprove"
-    seed: int = 0
-    chunk: int = 10  # questions per pruning step
-    alpha: list[float] = field(default_factory=lambda: [0.0, 1.0])
-    theta: list[float] = field(default_factory=lambda: [0.0, 0.5])
-    depth: list[int] = field(default_factory=lambda: [1, 4])  # L
-    top_k: list[int] = field(default_factory=lambda: [2, 12])  # K
+    seed: int = Field(0, ge=0, le=2**32 - 1)
+    chunk: int = Field(10, ge=1, le=100_000)  # questions per pruning step
+    alpha: list[float] = Field(default_factory=lambda: [0.0, 1.0])
+    theta: list[float] = Field(default_factory=lambda: [0.0, 0.5])
+    depth: list[int] = Field(default_factory=lambda: [1, 4])  # L
+    top_k: list[int] = Field(default_factory=lambda: [2, 12])  # K
     n_seeds: list[int] | None = None  # also sweep the dense seeds per hop (step 6) in this range
     subgraph_bound: list[int] | None = None  # also sweep the local subgraph's size (step 7) in this range
     entity_weight: list[float] | None = None  # also sweep the named-entity bonus (step 9) in this range
@@ -232,19 +209,15 @@ class SweepConfig:
         return {name: getattr(self, name) for name in TUNABLES if getattr(self, name) is not None}
 
     def __post_init__(self) -> None:
-        check_types(self, "sweep")
-        if self.objective not in SWEEP_OBJECTIVES:
-            raise HyperProveError(f"sweep config: objective={self.objective!r} must be one of {', '.join(SWEEP_OBJECTIVES)}")
-        check_ranges(self, "sweep", {"trials": (1, 100_000), "chunk": (1, 100_000), "seed": (0, 2**32 - 1)})
+        """What one field cannot say alone: the ranges are [low, high] within the retriever's, and
+        the transfer questions come with their corpus."""
         if (self.transfer_questions is None) != (self.transfer_corpus is None):
             raise HyperProveError("sweep config: transfer_questions and transfer_corpus go together (questions over another corpus)")
         for name, low_high in self.ranges.items():
             if len(low_high) != 2 or low_high[0] > low_high[1]:
                 raise HyperProveError(f"sweep config: {name}={low_high!r} must be [low, high] with low <= high")
             for end in low_high:  # caught here, not inside the first trial
-                probe = RetrieverConfig()
-                setattr(probe, name, end)
-                if probe.out_of_range():
+                if not RetrieverConfig.accepts(name, end):
                     raise HyperProveError(f"sweep config: {name}={low_high!r} reaches {end!r}, outside the retriever's range for {name}")
 
 
@@ -252,36 +225,25 @@ COMPILE_TARGETS = ("decompose", "rewrite", "program")
 COMPILE_OPTIMIZERS = ("bootstrap", "mipro", "gepa")
 
 
-@dataclass
+@config_section("compile")
 class CompileConfig:
     """What `hyperprove compile` optimises, with which DSPy optimizer, on which questions."""
 
     questions: str | None = None  # training questions JSON
     corpus: str | None = None  # the corpus they refer to (indexed for the `program` target)
-    target: str = "decompose"  # decompose | rewrite (supervised by gold decompositions) | program (answer F1)
-    optimizer: str = "bootstrap"  # bootstrap (BootstrapFewShot) | mipro (MIPROv2) | gepa (GEPA)
-    train: int = 20  # the first N examples to compile on
-    val: int = 20  # the next N, scored before and after
-    max_bootstrapped_demos: int = 2
-    max_labeled_demos: int = 2  # gold examples as demonstrations (decompose, rewrite)
-    threshold: float | None = None  # grade a bootstrapped trace must reach (default: the target's)
-    auto: str = "light"  # MIPROv2 / GEPA budget
-    budget: int | None = None  # instead of `auto`, a small fixed budget: GEPA's metric calls, MIPROv2's candidates and trials
+    target: typing.Literal[COMPILE_TARGETS] = "decompose"  # decompose | rewrite (supervised by gold decompositions) | program (answer F1)
+    optimizer: typing.Literal[COMPILE_OPTIMIZERS] = "bootstrap"  # bootstrap (BootstrapFewShot) | mipro (MIPROv2) | gepa (GEPA)
+    train: int = Field(20, ge=1, le=1_000_000)  # the first N examples to compile on
+    val: int = Field(20, ge=0, le=1_000_000)  # the next N, scored before and after
+    max_bootstrapped_demos: int = Field(2, ge=0, le=64)
+    max_labeled_demos: int = Field(2, ge=0, le=64)  # gold examples as demonstrations (decompose, rewrite)
+    threshold: float | None = Field(None, ge=0.0, le=1.0)  # grade a bootstrapped trace must reach (default: the target's)
+    auto: typing.Literal["light", "medium", "heavy"] = "light"  # MIPROv2 / GEPA budget
+    budget: int | None = Field(None, ge=1, le=1_000_000)  # instead of `auto`, a small fixed budget: GEPA's metric calls, MIPROv2's candidates and trials
     prompt_lm: str | None = None  # LiteLLM id proposing instructions (MIPROv2) or reflecting (GEPA); default: the LM
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=2**32 - 1)
     keep_builtin: bool = False  # the built-in demonstrations stay, ahead of the compiled ones
     out: str | None = None  # compiled program JSON (default .hyperprove/programs/<target>-<optimizer>-<time>.json)
-
-    def __post_init__(self) -> None:
-        check_types(self, "compile")
-        if self.target not in COMPILE_TARGETS:
-            raise HyperProveError(f"compile config: target={self.target!r} must be one of {', '.join(COMPILE_TARGETS)}")
-        if self.optimizer not in COMPILE_OPTIMIZERS:
-            raise HyperProveError(f"compile config: optimizer={self.optimizer!r} must be one of {', '.join(COMPILE_OPTIMIZERS)}")
-        if self.auto not in ("light", "medium", "heavy"):
-            raise HyperProveError(f"compile config: auto={self.auto!r} must be light, medium or heavy")
-        check_ranges(self, "compile", {"budget": (1, 1_000_000), "train": (1, 1_000_000), "val": (0, 1_000_000), "seed": (0, 2**32 - 1),
-                                       "max_bootstrapped_demos": (0, 64), "max_labeled_demos": (0, 64), "threshold": (0.0, 1.0)})
 
 
 _SECTIONS = {
@@ -319,9 +281,6 @@ class HyperProveConfig:
             section_values = values.get(name, {})
             if not isinstance(section_values, dict):
                 raise HyperProveError(f"{source}: {name} must be a JSON object")
-            unknown = sorted(set(section_values) - {f.name for f in fields(section)})
-            if unknown:
-                raise HyperProveError(f"{source}: unknown field {name}.{unknown[0]}")
             try:
                 sections[name] = section(**section_values)
             except HyperProveError as error:

@@ -86,9 +86,9 @@ def test_optimizers_are_built_as_configured():
 
 
 def test_compile_config_is_checked():
-    with pytest.raises(HyperProveError, match="target='answers' must be one of decompose, rewrite, program"):
+    with pytest.raises(HyperProveError, match="target='answers' must be one of 'decompose', 'rewrite', 'program'"):
         HyperProveConfig.from_dict({"compile": {"target": "answers"}})
-    with pytest.raises(HyperProveError, match="optimizer='copro' must be one of bootstrap, mipro, gepa"):
+    with pytest.raises(HyperProveError, match="optimizer='copro' must be one of 'bootstrap', 'mipro', 'gepa'"):
         CompileConfig(optimizer="copro")
     with pytest.raises(HyperProveError, match=r"budget=0 must lie in \[1, 1000000\]"):
         CompileConfig(budget=0)

@@ -19,7 +19,7 @@ def test_round_trip_and_overrides(tmp_path):
 
 
 @pytest.mark.parametrize("values, message", [
-    ({"lm": {"modle": "x"}}, "config: unknown field lm.modle"),
+    ({"lm": {"modle": "x"}}, "config: lm config: unknown field 'modle' \\(known: model, temperature"),
     ({"program": {"carry": "all"}}, "carry='all' must be 'supporting' or 'top_k'"),
     ({"index": {"extractor": "magic"}}, "extractor='magic' must be one of 'sentences', 'lm', 'lm-entities'"),
     ({"lm": "openai/gpt-4o-mini"}, "config: lm must be a JSON object"),
