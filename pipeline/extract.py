@@ -20,10 +20,8 @@ The `sentences` extractor, rule by rule (deterministic, no model):
 
 from __future__ import annotations
 
-import bisect
 import hashlib
 import json
-import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -32,6 +30,7 @@ from typing import Protocol, Sequence
 
 from modules.errors import HyperProveError
 from modules.facts import Fact, Passage
+from modules.text_rules import find_entities, resolve_pronoun, split_sentences, subject_name
 from pipeline.config import EXTRACTORS
 from pipeline.files import atomic_write_json, clear_scratch
 
@@ -49,131 +48,6 @@ class Extractor(Protocol):
     def report(self) -> dict:
         """What the manifest records about this extractor (name, version, model, fallbacks)."""
         ...
-
-
-_ABBREVIATIONS = {
-    "mr", "mrs", "ms", "dr", "st", "jr", "sr", "prof", "gen", "col", "lt", "sgt", "capt", "gov",
-    "sen", "rep", "rev", "mt", "ft", "no", "vol", "vs", "etc", "inc", "ltd", "co", "corp", "jan",
-    "feb", "mar", "apr", "jun", "jul", "aug", "sep", "sept", "oct", "nov", "dec", "u.s", "u.k",
-    "e.g", "i.e", "approx", "est", "ca", "c",
-}
-_SENTENCE_END = re.compile(r"(?<=[.!?])[\"'”)]?\s+(?=[A-Z0-9\"“'(])")
-_SUBJECT_PRONOUN = re.compile(r"^(He|She|It|They)\b")
-_POSSESSIVE_PRONOUN = re.compile(r"^(His|Her|Its|Their)\b")
-_PARENTHETICAL = re.compile(r"\s*\([^)]*\)\s*$")
-_MONTHS = "January|February|March|April|May|June|July|August|September|October|November|December"
-_DATE = re.compile(
-    rf"\b(?:\d{{1,2}} (?:{_MONTHS})(?:,? \d{{3,4}})?|(?:{_MONTHS}) \d{{1,2}}, \d{{3,4}}|(?:{_MONTHS}) \d{{3,4}})\b"
-)
-_NUMBER = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?(?: (?:BC|BCE|AD|CE)\b)?(?![\w])")
-_CONNECTORS = r"(?:of|the|de|del|della|da|di|du|la|le|von|van|der|den|for|al|bin|ibn)"
-_CAPITALISED = re.compile(
-    rf"\b[A-Z][\w'’&.-]*(?:\s+(?:{_CONNECTORS}\s+)*[A-Z][\w'’&.-]*)*"
-)
-_FUNCTION_WORDS = {
-    "a", "an", "the", "in", "on", "at", "of", "for", "to", "by", "with", "from", "after", "before",
-    "during", "since", "as", "he", "she", "it", "they", "his", "her", "its", "their", "this", "that",
-    "these", "those", "there", "here", "when", "where", "while", "although", "however", "but", "and",
-    "or", "if", "some", "many", "most", "other", "both", "each", "one", "we", "i", "you", "what",
-    "who", "which", "following", "today", "also", "between", "under", "over", "despite", "bc", "bce",
-    "ad", "ce",
-}
-
-
-_LAST_WORD = re.compile(r"(\S+)\s*$")
-_WORD_WINDOW = 64  # characters looked at before a boundary: longer than any abbreviation
-
-
-def split_sentences(text: str) -> list[str]:
-    """Rule 1: sentence boundaries that are not abbreviations or initials.
-
-    Only the last word before a boundary is examined, within a short window, so the cost is
-    linear in the text even when many abbreviations in a row keep a sentence open ("Dr. " x 20,000).
-    """
-    sentences: list[str] = []
-    start = 0
-    for boundary in _SENTENCE_END.finditer(text):
-        last = _LAST_WORD.search(text, max(start, boundary.start() - _WORD_WINDOW), boundary.start())
-        last_word = last.group(1) if last else ""
-        stem = last_word.rstrip(".!?\"'”)").lower()
-        if last_word.endswith(".") and (stem in _ABBREVIATIONS or re.fullmatch(r"[a-z]", stem)):
-            continue
-        sentences.append(text[start : boundary.end()].strip())
-        start = boundary.end()
-    tail = text[start:].strip()
-    if tail:
-        sentences.append(tail)
-    return [s for s in sentences if s]
-
-
-def subject_name(title: str) -> str:
-    """A title without its disambiguating parenthetical: "Jaws (film)" -> "Jaws"."""
-    return _PARENTHETICAL.sub("", title).strip() or title.strip()
-
-
-def resolve_pronoun(sentence: str, subject: str) -> tuple[str, bool]:
-    """Rule 2: replace a sentence-initial pronoun with the subject; says whether it did."""
-    if _POSSESSIVE_PRONOUN.match(sentence):
-        return _POSSESSIVE_PRONOUN.sub(f"{subject}'s", sentence, count=1), True
-    if _SUBJECT_PRONOUN.match(sentence):
-        return _SUBJECT_PRONOUN.sub(subject, sentence, count=1), True
-    return sentence, False
-
-
-class Spans:
-    """Character spans taken by dates and the subject: whether a match overlaps one, or starts
-    inside one, by binary search over the merged spans (linear in the sentence, not in the
-    product of its names and dates)."""
-
-    def __init__(self, spans: list[tuple[int, int]]):
-        merged: list[list[int]] = []
-        for start, end in sorted(spans):
-            if merged and start <= merged[-1][1]:
-                merged[-1][1] = max(merged[-1][1], end)
-            else:
-                merged.append([start, end])
-        self.starts = [start for start, _ in merged]
-        self.ends = [end for _, end in merged]
-
-    def _last_starting_before(self, position: int) -> int:
-        return bisect.bisect_left(self.starts, position) - 1
-
-    def overlaps(self, start: int, end: int) -> bool:
-        k = self._last_starting_before(end)
-        return k >= 0 and self.ends[k] > start
-
-    def holds(self, position: int) -> bool:
-        k = bisect.bisect_right(self.starts, position) - 1
-        return k >= 0 and position < self.ends[k]
-
-
-def find_entities(sentence: str, subject: str) -> list[str]:
-    """Rule 3: title, capitalised spans, dates and numbers, in order of first appearance."""
-    found: list[tuple[int, str]] = []
-    dates = list(_DATE.finditer(sentence))
-    taken = [(m.start(), m.end()) for m in dates]
-    at = sentence.lower().find(subject.lower()) if subject else -1
-    if at >= 0:
-        found.append((at, subject))
-        taken.append((at, at + len(subject)))
-    taken_spans = Spans(taken)
-    found += [(m.start(), m.group()) for m in dates]
-    for match in _CAPITALISED.finditer(sentence):
-        span = match.group().rstrip(".'’-")
-        words = span.split()
-        while words and words[0].lower() in _FUNCTION_WORDS:
-            words = words[1:]
-        if not words or (len(words) == 1 and words[0].lower() in _FUNCTION_WORDS):
-            continue
-        if taken_spans.overlaps(match.start(), match.end()):
-            continue
-        found.append((match.start(), " ".join(words)))
-    for match in _NUMBER.finditer(sentence):
-        digits = re.sub(r"\D", "", match.group())
-        if len(digits) >= 2 and not taken_spans.holds(match.start()):
-            found.append((match.start(), match.group()))
-    ordered = dict.fromkeys(name for _, name in sorted(found, key=lambda item: item[0]))
-    return list(ordered)
 
 
 class SentenceExtractor:

@@ -22,9 +22,10 @@ from modules.errors import HyperProveError
 from modules.facts import Fact, Passage
 from modules.hypergraph import Hypergraph, binary_csr, expand_synonyms
 from modules.retriever import FactTable, HypergraphRetriever, RetrieverConfig
+from modules.text_rules import find_entities, subject_name
 from modules.vectors import VectorIndex
 from pipeline.config import IndexConfig
-from pipeline.extract import Extractor, find_entities, make_extractor, subject_name
+from pipeline.extract import Extractor, make_extractor
 
 SYNONYM_QUERY_CHUNK = 65_536
 SYNONYM_NPROBE = 4  # IVF lists scanned per name: synonyms (cos > 0.8) are near-duplicates, in the same cell

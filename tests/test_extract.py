@@ -4,14 +4,8 @@ import pytest
 
 from modules.errors import HyperProveError
 from modules.facts import Fact, Passage
-from pipeline.extract import (
-    SentenceExtractor,
-    find_entities,
-    make_extractor,
-    resolve_pronoun,
-    split_sentences,
-    subject_name,
-)
+from modules.text_rules import find_entities, resolve_pronoun, split_sentences, subject_name
+from pipeline.extract import SentenceExtractor, make_extractor
 
 
 def test_split_sentences_keeps_abbreviations_and_initials():

@@ -433,7 +433,7 @@ def test_a_reused_out_keeps_nothing_of_the_earlier_run(files, capsys):
 
 # --- quadratic sentence splitting ----------------------------------------------------------------------------------
 def test_a_long_run_of_abbreviations_is_one_sentence():
-    from pipeline.extract import split_sentences
+    from modules.text_rules import split_sentences
 
     assert split_sentences("Dr. Smith " * 20_000) == [("Dr. Smith " * 20_000).strip()]  # 200 KB: linear, well under a second
     assert split_sentences("Dr. Smith met St. John. Then they left.") == ["Dr. Smith met St. John.", "Then they left."]
@@ -830,7 +830,7 @@ def seconds(work) -> float:
 
 def test_a_sentence_of_many_names_and_dates_is_linear():
     """8,000 name-date pairs in one sentence took 18.8 s (each name checked against every date)."""
-    from pipeline.extract import find_entities
+    from modules.text_rules import find_entities
 
     pairs = " ".join(f"Name{k} 3 May {1000 + k % 900}," for k in range(8000))
     plain = " ".join(f"name{k} 3 may {1000 + k % 900}," for k in range(8000))

@@ -18,7 +18,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
-from pipeline.extract import find_entities
+from modules.text_rules import find_entities
 from pipeline.index_store import load_index
 
 
