@@ -58,7 +58,7 @@ def entity_budget(title: str, passage: str) -> int:
 def extraction_budget(title: str, passage: str) -> int:
     """Output tokens for one passage's facts and entities: about twice the passage (a token is
     about 4 characters), so a small model that starts repeating itself stops early instead of
-    filling 1,024 tokens (2-3 minutes on 2 cores) before the retry."""
+    filling 1,024 tokens (minutes on a CPU) before the retry."""
     return min(1024, 96 + len(title + passage) // 2)
 
 

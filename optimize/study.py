@@ -164,8 +164,7 @@ def ask_again_interrupted(study) -> list[int]:
 def trial_scores(sweep: SweepConfig, rows: Sequence[dict]) -> dict[str, float]:
     """Per-question metric rows -> the objective and the tie-break in percent, and the trial's
     value: the objective plus TIE_WEIGHT times the tie-break. On 40 questions Recall@5 moves in
-    steps of about 0.2 and most parameter sets tie (28 of 33 complete trials in the committed
-    MuSiQue sweep); the tie-break (at most 0.1) orders the ties without overriding the objective
+    steps of about 0.2 and most parameter sets tie; the tie-break (at most 0.1) orders the ties without overriding the objective
     there, and gives TPE something to follow on the plateau."""
     mean = lambda key: 100 * sum(row.get(key, 0.0) for row in rows) / len(rows)  # noqa: E731
     scores = {sweep.objective: mean(sweep.objective)}

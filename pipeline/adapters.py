@@ -25,8 +25,8 @@ class PrefilledChatAdapter(dspy.ChatAdapter):
     The request ends with an assistant message holding the first output field's header, which
     llama.cpp continues instead of writing it; generation stops at the "completed" marker, or,
     for one output field, where the next header would start. The model writes those tokens
-    word for word anyway (same prompt, same greedy continuation), and on 2 cores each generated
-    token costs about 0.1 s: 8-11 of a call's 15-40 (`experiments/bench/lm.py`). A server that
+    word for word anyway (same prompt, same greedy continuation), and on a CPU a generated token
+    costs several times a computed prompt token (`experiments/bench/lm.py` measures both). A server that
     does not continue a started reply writes the header itself; either way the reply parses."""
 
     def format(self, signature, demos, inputs) -> list[dict]:
@@ -52,9 +52,8 @@ class PrefilledChatAdapter(dspy.ChatAdapter):
 
 class LeanPrefilledChatAdapter(PrefilledChatAdapter, LeanChatAdapter):
     """Both savings at once: the format reminder in the cached system message (fewer prompt tokens
-    computed per call) and the reply started and stopped for the model (fewer tokens generated).
-    On 2 cores a computed prompt token costs about 16 ms and a generated one about 60 ms (a fit
-    over 699 LM steps of the train runs), so a call saves about 45 of each kind's worth."""
+    computed per call) and the reply started and stopped for the model (fewer tokens generated);
+    the cost per token of each kind, and the seconds a question it saves: experiments/FINDINGS.md."""
 
 
 ADAPTER_CLASSES = {"chat": dspy.ChatAdapter, "lean": LeanChatAdapter, "prefilled": PrefilledChatAdapter,

@@ -67,8 +67,8 @@ class LMConfig:
 
     @property
     def concurrency(self) -> int:
-        """Requests in flight at once. The local model gets one: on 2 cores, extracting the same 6
-        MuSiQue passages took 124 s with one server slot and 222 s with two."""
+        """Requests in flight at once. The local model gets one: on 2 cores a second server slot
+        made extraction slower, not faster (figures: experiments/FINDINGS.md)."""
         return self.threads or (1 if self.model is None else 8)
 
     @property

@@ -113,7 +113,7 @@ class Embedder:
     @lru_cache(maxsize=4096)
     def _cached_query(self, text: str) -> np.ndarray:
         # One sentence is too little work to share: on 2 cores one torch thread embeds a query in
-        # about half the time two take (16 against 35 ms, measured on MuSiQue questions).
+        # about half the time two take (MuSiQue questions).
         import torch
 
         threads = torch.get_num_threads()

@@ -71,8 +71,8 @@ def synonym_matrix(
     """Symmetric 0/1 matrix of name pairs with cosine > eta, from k-nearest-neighbour search.
 
     Each name looks at its `neighbors` nearest names only; above `exact_max` names the search is
-    IVF over a few lists, so the cost grows far slower than the M^2 of all pairs (measured: 200k
-    names in about 20 s on 2 cores). Returns the entity index too, for reuse.
+    IVF over a few lists, so the cost grows far slower than the M^2 of all pairs
+    (`experiments/bench/scale.py`). Returns the entity index too, for reuse.
     """
     n = len(entity_vectors)
     index = VectorIndex.build(entity_vectors, exact_max=exact_max)
