@@ -45,9 +45,10 @@ def config_flag(parser: argparse.ArgumentParser, flag: str, target: str, help: s
     section, _, name = target.rpartition(".")
     owner = _SECTIONS[section] if section else HyperProveConfig
     annotation = typing.get_type_hints(owner)[name]
-    default = next(f for f in dataclasses.fields(owner) if f.name == name)
-    default = default.default_factory() if default.default_factory is not dataclasses.MISSING else default.default
-    default = getattr(default, "default", default)  # a pydantic Field's own default
+    if hasattr(owner, "__pydantic_fields__"):
+        default = owner.__pydantic_fields__[name].get_default(call_default_factory=True)
+    else:
+        default = next(f.default for f in dataclasses.fields(owner) if f.name == name)
     options.setdefault("dest", target)
     union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
     kinds = [kind for kind in typing.get_args(annotation) if kind is not type(None)] if union else [annotation]

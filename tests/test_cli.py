@@ -582,3 +582,26 @@ def test_index_with_the_lm_entities_extractor_names_it_and_its_lm(files, capsys,
     facts = [json.loads(line) for line in (files / "idx" / "facts.jsonl").read_text().splitlines()]
     names = json.loads((files / "idx" / "entities.json").read_text())
     assert facts[0]["text"] == CORPUS[0]["text"] and [names[e] for e in facts[0]["entities"]] == ["Jaws", "Steven Spielberg"]
+
+
+def test_every_flag_names_the_default_of_the_config_field_it_sets():
+    """The help's defaults come from the config, so they cannot drift from it."""
+    from pipeline.cli import build_parser
+    from pipeline.config import HyperProveConfig
+
+    defaults = HyperProveConfig()
+    commands = build_parser()._subparsers._group_actions[0].choices
+    checked = 0
+    for command in ("index", "ask", "evaluate", "sweep", "compile"):
+        for action in commands[command]._actions:
+            section, _, name = action.dest.rpartition(".")
+            if section and action.help and "(default: " in action.help:
+                value = getattr(getattr(defaults, section), name)
+                shown = {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
+                if action.help.endswith(f"(default: {shown})"):
+                    checked += 1
+                else:  # a default worded by hand must be one the field cannot print as itself (None, or per model)
+                    assert value is None or name in ("threads", "extractor", "retrievers", "keep_builtin"), (command, action.dest, action.help)
+            assert "Undefined" not in (action.help or "")
+    assert checked >= 60
+    assert commands["evaluate"]._option_string_actions["--eta"].help.endswith("(default: 0.8)")
