@@ -154,6 +154,9 @@ def _add_config_flags(parser: argparse.ArgumentParser, retriever: bool = True, e
             config_flag(parser, tunable.flag, f"retriever.{name}", tunable.help)
     config_flag(parser, "--lm", "lm.model", "LiteLLM model id, e.g. openai/gpt-4o-mini", shown="the embedded local model")
     config_flag(parser, "--lm-threads", "lm.threads", "concurrent LM requests", shown="1 for the local model, 8 for an API model")
+    config_flag(parser, "--deterministic", "lm.deterministic",
+                "local model: every request computes its whole prompt (no prompt cache), so the same prompt gets the same "
+                "answer; about four times the seconds a call")
     config_flag(parser, "--lm-adapter", "lm.adapter", "prompt layout: " + "; ".join(f"{k}: {v}" for k, v in ADAPTERS.items()),
                 shown="lean-prefilled on the local model, chat on an API model")
     parser.add_argument("--json", action="store_true", help="end with one JSON object")

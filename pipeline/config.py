@@ -50,9 +50,12 @@ class LMConfig:
     local_context: int = Field(8192, ge=1024, le=131_072)  # local model: context tokens, shared by the slots
     local_cpu_threads: int = Field(0, ge=0, le=256)  # local model: compute threads (0: all cores)
     adapter: Adapter | None = None  # one of ADAPTERS; None: the model's default (`layout`)
+    # Local model: every request computes its whole prompt (the server's prompt cache off), so the
+    # same prompt gets the same answer; about four times the seconds a call (experiments/FINDINGS.md).
+    deterministic: bool = False
 
-    # What a recorded config without this field ran with (records made before it existed).
-    RECORDED_WITHOUT = {"adapter": "chat"}
+    # What a recorded config without these fields ran with (records made before they existed).
+    RECORDED_WITHOUT = {"adapter": "chat", "deterministic": False}
 
     @property
     def layout(self) -> str:

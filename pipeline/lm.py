@@ -49,8 +49,9 @@ def make_lm(config: LMConfig, profile: LMProfile | None = None):
     common = dict(temperature=config.temperature, max_tokens=config.max_tokens, callbacks=[profile] if profile is not None else [])
     if config.model is None:
         server = LocalServer.get(config)
+        fresh = {"extra_body": {"cache_prompt": False}} if config.deterministic else {}  # part of the LM cache key too
         return dspy.LM(f"openai/{LOCAL_MODEL_NAME}", api_base=f"{server.address}/v1", api_key="local",
-                       num_retries=LOCAL_RETRIES, **common)
+                       num_retries=LOCAL_RETRIES, **common, **fresh)
     if "/" not in config.model:
         raise HyperProveError(f"--lm {config.model!r}: expected a LiteLLM id such as openai/gpt-4o-mini")
     extra = {"api_base": config.api_base} if config.api_base else {}

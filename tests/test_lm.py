@@ -280,3 +280,15 @@ def test_the_lm_cache_keeps_completions_as_json_rows_across_processes(tmp_path, 
     configure_lm_cache(tmp_path)  # a new session: an empty memory tier, the same file
     again = dspy.LM("openai/m", api_key="other", mock_response="Paris", cache=True)
     assert again("What is the capital of France?") == ["Paris"] and again.history[-1]["response"].cache_hit
+
+
+@pytest.mark.parametrize("deterministic, extra", [(False, {}), (True, {"extra_body": {"cache_prompt": False}})])
+def test_the_deterministic_local_model_computes_every_prompt_whole(monkeypatch, deterministic, extra):
+    """With `deterministic`, every request to the embedded server turns its prompt cache off (a
+    cached prefix is computed in another batch shape, which can flip a greedy choice)."""
+    from pipeline import lm as lm_module
+
+    monkeypatch.setattr(lm_module.LocalServer, "get", classmethod(lambda cls, config: SimpleNamespace(address="http://127.0.0.1:9")))
+    local = make_lm(LMConfig(deterministic=deterministic))
+    assert {key: local.kwargs[key] for key in ("extra_body",) if key in local.kwargs} == extra
+    assert local.kwargs["temperature"] == 0.0 and LMConfig.RECORDED_WITHOUT["deterministic"] is False
