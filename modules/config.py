@@ -43,11 +43,9 @@ def _kind(annotation) -> str:
 
 def _bounds(cls, name: str) -> tuple:
     """A field's [low, high] from its `Field(ge=..., le=...)`."""
-    low = high = None
-    for rule in cls.__pydantic_fields__[name].metadata:
-        low = getattr(rule, "ge", low) if getattr(rule, "ge", None) is not None else low
-        high = getattr(rule, "le", high) if getattr(rule, "le", None) is not None else high
-    return low, high
+    bounds = {side: getattr(rule, side) for rule in cls.__pydantic_fields__[name].metadata
+              for side in ("ge", "le") if getattr(rule, side, None) is not None}
+    return bounds.get("ge"), bounds.get("le")
 
 
 def refusal(cls, section: str, error: ValidationError, given: dict) -> HyperProveError:

@@ -77,7 +77,6 @@ class Jobs:
         self.uri = f"sqlite:///{work}/mlflow.db"
         self.reference: dict[str, object] = {}
         self.sweeps = 0
-        self.waited = 0  # writers of the last `together` run that waited for the other
 
     def command(self, kind: str, study: str | None = None) -> list[str]:
         base = [self.python, "-m", "pipeline.cli"]
@@ -139,8 +138,9 @@ class Jobs:
         except Exception:  # noqa: BLE001 - anything unreadable is incomplete
             return False
 
-    def together(self, number: int, rng: random.Random) -> list[str]:
-        """Two writers into one index at once (see the module docstring); the problems found."""
+    def together(self, number: int, rng: random.Random) -> tuple[list[str], int]:
+        """Two writers into one index at once (see the module docstring); the problems found, and
+        how many writers waited for the other."""
         from pipeline.corpus import load_corpus
         from pipeline.index_store import load_index
 
@@ -157,11 +157,11 @@ class Jobs:
         outputs = [p.communicate() for p in (first, second)]
         problems = [f"{name} exited {p.returncode}: {err.strip().splitlines()[-1:]}"
                     for name, p, (_, err) in zip(pair, (first, second), outputs) if p.returncode != 0]
-        self.waited = sum("waiting for it to finish" in out for out, _ in outputs)
+        waited = sum("waiting for it to finish" in out for out, _ in outputs)
         try:
             index = load_index(target)
         except Exception as error:  # noqa: BLE001 - a damaged index is the finding
-            return problems + [f"the index does not load: {error}"]
+            return problems + [f"the index does not load: {error}"], waited
         deleted = set(json.loads((self.work / "half-deletions.json").read_text())) if "delete" in pair else set()
         expected = {(p.title, p.text) for k, p in enumerate(base.passages) if int(base.passage_ids[k]) not in deleted}
         for name in pair:
@@ -173,7 +173,7 @@ class Jobs:
             problems.append(f"{len(expected - held)} passages lost, {len(held - expected)} unexpected")
         if len(set(ids)) != len(ids) or set(ids) & deleted or index.generation != base.generation + 2:
             problems.append(f"ids repeated or reused, or generation {index.generation} (expected {base.generation + 2})")
-        return problems
+        return problems, waited
 
     def run(self, kind: str, study: str | None = None, timeout: float = 900) -> tuple[int, float]:
         started = time.perf_counter()
@@ -241,13 +241,13 @@ def main(argv: list[str] | None = None) -> int:
         label = kinds[number % len(kinds)]
         if label == "together":
             started = time.perf_counter()
-            problems = jobs.together(number, rng)
+            problems, waited = jobs.together(number, rng)
             violations += bool(problems)
             records.append({"run": number, "job": label, "writers": "add+add" if number % 2 == 0 else "add+delete", "killed": False,
                             "exit": 0, "output_after_kill": "together", "seconds": round(time.perf_counter() - started, 1),
-                            "waited": jobs.waited, "problems": problems})
+                            "waited": waited, "problems": problems})
             print(f"run {number:2d} together      {records[-1]['writers']:10s}: {records[-1]['seconds']:.1f} s, "
-                  f"{'one writer waited for the other' if jobs.waited else 'no wait (one had finished)'}"
+                  f"{'one writer waited for the other' if waited else 'no wait (one had finished)'}"
                   + (f"; PROBLEMS: {problems}" if problems else "; both changes in the index, nothing lost"), flush=True)
             continue
         kind = label.split("-")[0]
