@@ -17,7 +17,7 @@ from typing import Callable
 from modules.errors import HyperProveError
 from pipeline.config import HyperProveConfig
 
-RESULT_FILES = ("results.md", "results.json", "predictions.json", "index_manifest.json", "program.json", "pages")
+RESULT_FILES = ("results.md", "results.json", "predictions.json", "index_manifest.json", "program.json", "pages", "lm_calls.jsonl.gz")
 Track = Callable[[dict, dict, dict], "str | None"]  # (result files, summaries, tags) -> the id of the run that logged them
 
 
@@ -54,6 +54,7 @@ def run_evaluation(config: HyperProveConfig, runtime=None, tags: dict | None = N
     from pipeline.corpus import load_corpus
     from pipeline.files import atomic_directory
     from pipeline.index_store import cached_index, load_index, read_manifest
+    from pipeline.lm_record import read_record
     from pipeline.program import load_compiled, program_for
     from pipeline.provenance import git_state
     from pipeline.runtime import Runtime
@@ -103,19 +104,22 @@ def run_evaluation(config: HyperProveConfig, runtime=None, tags: dict | None = N
     partial = partial_folder(out)
     check_results_folder(partial)
     finished, earlier = load_finished(partial, header, names)
+    record = session.record if session else None
     if finished:
         log(f"resuming: {', '.join(finished)} finished earlier, kept in {partial}/")
         header["resumed"] = {"systems": list(finished), **{key: earlier[key] for key in ("git_commit", "git_dirty") if key in earlier}}
+        if record is not None and earlier.get("lm_calls"):  # their LM calls belong to this run's record too
+            record.add(read_record(partial).calls.values())
 
     def keep(results: dict) -> None:
         with atomic_directory(partial) as scratch:
-            write_results(scratch, {**header, "complete": False}, results)
+            write_results(scratch, {**header, "complete": False}, results, record)
 
     results = evaluate_systems(names, questions, bench, run.decomposition, run.read, session.profile.snapshot if session else dict,
                                finished=finished, on_result=keep, trace=runtime.question_trace if track is not None else None)
     lm_tags = {"hyperprove.lm": lm_id} if session else {}
     outcome = record_evaluation(config, results, out, header, index_manifest, {**source, **lm_tags, **(tags or {})}, log, track,
-                                pages=(questions, [passage.title for passage in passages]))
+                                pages=(questions, [passage.title for passage in passages]), record=record)
     shutil.rmtree(partial, ignore_errors=True)
     if runtime.traces_started:
         outcome["traces"] = runtime.traces.close(outcome["mlflow_run"])
@@ -136,7 +140,7 @@ def resumable(header: dict) -> dict:
     config = HyperProveConfig.from_record(header["config"]).to_dict()
     config["evaluation"].pop("retrievers", None)
     config.pop("tracking", None)
-    kept = {key: value for key, value in header.items() if key not in ("finished", "git_commit", "git_dirty", "systems", "complete", "resumed")}
+    kept = {key: value for key, value in header.items() if key not in ("finished", "git_commit", "git_dirty", "systems", "complete", "resumed", "lm_calls")}
     return {**kept, "config": config}
 
 
@@ -174,11 +178,12 @@ def results_header(config: HyperProveConfig, n_questions: int, lm_id: str | None
 
 def record_evaluation(config: HyperProveConfig, results: dict, out: Path, header: dict, index_manifest: dict | None,
                       tags: dict, log: Callable[[str], None] = print, track: Track | None = None,
-                      pages: tuple[list, list[str]] | None = None) -> dict:
+                      pages: tuple[list, list[str]] | None = None, record=None) -> dict:
     """Write the results folder (atomically, as a whole) and print the table; `track` sees the
     files first. `header` (from `results_header`) carries the git state taken when the run started;
     with `pages` (the questions and the passage titles), systems that answered get an
-    evidence-chain page per question in `pages/`."""
+    evidence-chain page per question in `pages/`; with `record` (`pipeline.lm_record.CallRecord`)
+    the run's LM calls are `lm_calls.jsonl.gz`, their sha256 in results.json."""
     from experiments.failures import write_pages
     from experiments.harness import results_table, write_results
     from pipeline.files import atomic_directory, atomic_write_bytes, atomic_write_json, read_json
@@ -187,7 +192,7 @@ def record_evaluation(config: HyperProveConfig, results: dict, out: Path, header
     header = {**header, "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     outcome = {"retrievers": {n: r.summary for n, r in results.items()}, "out": str(out), "mlflow_run": None}
     with atomic_directory(out) as scratch:
-        paths = write_results(scratch, header, results)
+        paths = write_results(scratch, header, results, record)
         if index_manifest is not None:
             paths["index_manifest"] = scratch / "index_manifest.json"
             atomic_write_json(paths["index_manifest"], index_manifest)
@@ -201,5 +206,6 @@ def record_evaluation(config: HyperProveConfig, results: dict, out: Path, header
             if outcome["mlflow_run"]:
                 atomic_write_json(paths["results"], {**read_json(paths["results"], "results"), "mlflow_run": outcome["mlflow_run"]})
     log(results_table([r.summary for r in results.values()]).rstrip())
-    log(f"results, predictions, {'evidence-chain pages (pages/index.html), ' if 'pages' in paths else ''}the index manifest in {out}/")
+    recorded = f"the {len(record)} LM calls, " if record is not None else ""
+    log(f"results, predictions, {'evidence-chain pages (pages/index.html), ' if 'pages' in paths else ''}{recorded}the index manifest in {out}/")
     return outcome

@@ -301,12 +301,18 @@ def lm_steps_tables(summaries: Sequence[dict]) -> str:
     return "".join(sections)
 
 
-def write_results(directory: str | Path, header: dict, results: dict[str, SystemResult]) -> dict[str, Path]:
-    """results.md (the table), results.json (header + summaries), predictions.json (rows), atomically."""
+def write_results(directory: str | Path, header: dict, results: dict[str, SystemResult], record=None) -> dict[str, Path]:
+    """results.md (the table), results.json (header + summaries), predictions.json (rows), and with
+    `record` (a `pipeline.lm_record.CallRecord`) the LM calls, named in results.json; atomically."""
     from pipeline.files import atomic_write_bytes, atomic_write_json
+    from pipeline.lm_record import RECORD_FILE
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
+    paths_extra = {}
+    if record is not None:
+        header = {**header, "lm_calls": record.write(directory / RECORD_FILE)}
+        paths_extra["lm_calls"] = directory / RECORD_FILE
     summaries = [r.summary for r in results.values()]
     title = f"# {header.get('name', 'evaluation')}\n\n{header.get('description', '')}\n\n".replace("\n\n\n", "\n\n")
     paths = {"table": directory / "results.md", "results": directory / "results.json", "predictions": directory / "predictions.json"}
@@ -314,7 +320,7 @@ def write_results(directory: str | Path, header: dict, results: dict[str, System
                                               + lm_steps_tables(summaries)).encode())
     atomic_write_json(paths["results"], {**header, "systems": {r.name: r.summary for r in results.values()}})
     atomic_write_json(paths["predictions"], {r.name: r.rows for r in results.values()})
-    return paths
+    return {**paths, **paths_extra}
 
 
 def timestamp() -> str:

@@ -19,6 +19,7 @@ from experiments.metrics import exact_match, f1_score, mean_percent, recall_at_k
 from modules.errors import HyperProveError
 from modules.facts import Passage
 from modules.steps import AnswerGenerator, evidence_line
+from pipeline.lm_record import asking
 from pipeline.pages import reached_passages
 from pipeline.runtime import no_trace
 
@@ -98,7 +99,7 @@ def evaluate_program(
     for question in tqdm(questions, desc=progress, unit="question", disable=progress is None):
         usage_before, started = lm_usage(), time.perf_counter()
         row = {"id": question.id, "question": question.question, "gold_answer": question.answer}
-        with (trace or no_trace)(question.question, system) as finish:
+        with (trace or no_trace)(question.question, system) as finish, asking(system, question.id):
             try:
                 prediction = program(question.question)
                 row.update(answer=prediction.answer, passages=list(prediction.passages)[: max(ks)],

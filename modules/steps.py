@@ -67,8 +67,9 @@ def _predictor(signature, demos: list[dspy.Example]) -> dspy.Predict:
 
 def past_cache(attempt: int, temperature: float) -> dict:
     """LM call settings for asking again: attempt k > 0 is its own cache entry (`rollout_id`),
-    sampled warmer; attempt 0 is the plain, cached call."""
-    return {"rollout_id": attempt, "temperature": temperature} if attempt else {}
+    sampled warmer with the seed k, so that the same retry draws the same sample on a server
+    that honours a request's seed (the embedded llama.cpp does); attempt 0 is the plain call."""
+    return {"rollout_id": attempt, "temperature": temperature, "seed": attempt} if attempt else {}
 
 
 # --- the modules ---------------------------------------------------------------------------------

@@ -283,9 +283,13 @@ def run_compile(config, runtime=None, log: Callable[[str], None] = print) -> dic
         report = compile_program(program, settings, questions, session.lm, prompt_lm, threads=config.lm.concurrency)
         report.update(seconds=round(time.perf_counter() - started, 1), lm_calls=session.calls(), lm=session.id, program=str(out))
         save_program(program, out)
+        if session.record is not None:  # the LM calls it made, replayable with --replay
+            report["lm_record"] = session.record.write(calls_path(out))
         if mlflow is not None:
             mlflow.log_metrics({f"val_{when}": report[f"val_{when}"] for when in ("before", "after") if report[f"val_{when}"] is not None})
             mlflow.log_artifact(str(out))
+            if session.record is not None:
+                mlflow.log_artifact(str(calls_path(out)))
             report["mlflow_run"] = active_run_id(mlflow)
         atomic_write_json(record_path(out), {**report, "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), **source,
                                              "program_sha256": sha256_file(out), "config": config.to_dict()})
@@ -294,10 +298,16 @@ def run_compile(config, runtime=None, log: Callable[[str], None] = print) -> dic
         scores += f" ({settings.optimizer} also chose on them, so the second grade is optimistic: evaluate on dev to know)"
     log(f"compiled {settings.target} in {report['seconds']:.0f} s ({report['lm_calls']} LM calls){scores}")
     log(f"demos per predictor: {report['demos']}")
-    log(f"program written to {out} (how it was made: {record_path(out)}); use it with --program {out}")
+    log(f"program written to {out} (how it was made: {record_path(out)}"
+        + (f"; its {report['lm_record']['calls']} LM calls: {calls_path(out)}" if "lm_record" in report else "") + f"); use it with --program {out}")
     return report
 
 
 def record_path(program: Path) -> Path:
     """Where the record of how a compiled program was made lies: beside it (the report reads it)."""
     return Path(program).with_suffix(".record.json")
+
+
+def calls_path(program: Path) -> Path:
+    """Where the LM calls that compiled a program lie: beside it, as `pipeline.lm_record` writes them."""
+    return Path(program).with_suffix(".lm_calls.jsonl.gz")

@@ -1,10 +1,12 @@
-"""Rerunning a tracked `hyperprove evaluate` run from its record (`hyperprove reproduce RUN_ID`).
+"""Rerunning a `hyperprove evaluate` run from its record (`hyperprove reproduce RUN_ID` for a
+tracked run, `hyperprove reproduce RESULTS_FOLDER` for a results folder, a committed one too).
 
-The run's `results.json` (logged as an artifact) holds the whole config and the checksums of the
-data; `index_manifest.json` the index's file checksums; `program.json` the compiled program.
-The rerun refuses changed data or a changed index, reruns the recorded config as a new run
-tagged `hyperprove.reproduces`, and reports every metric's change (timings are wall-clock and
-not compared).
+The run's `results.json` holds the whole config and the checksums of the data;
+`index_manifest.json` the index's file checksums; `program.json` the compiled program;
+`lm_calls.jsonl.gz` every LM call it made (`pipeline.lm_record`), which the rerun replays, so an
+LM run reproduces without the LM. The rerun refuses changed data or a changed index, reruns the
+recorded config as a new run tagged `hyperprove.reproduces`, and prints every metric as equal or
+with its change (timings are wall-clock and not compared).
 
 A record is data someone else may have written, so it never decides where this machine writes or
 whom it talks to: the results folder, the cache dir, the tracking store and the embedded model's
@@ -19,6 +21,7 @@ import hashlib
 import json
 import re
 import tempfile
+import time
 from pathlib import Path
 
 from modules.errors import HyperProveError
@@ -29,12 +32,14 @@ TIMING = ("seconds_per_question", "retrieval_ms_per_question")  # wall-clock: re
 COST = ("prompt_tokens_per_question", "cached_prompt_tokens_per_question", "completion_tokens_per_question", "lm_cache_hits")
 
 
-def recorded_evaluation(tracking: TrackingConfig, run_id: str) -> dict:
-    """The results.json, index_manifest.json and compiled program (bytes) an evaluate run logged;
-    the manifest and the program may be None."""
+def recorded_evaluation(tracking: TrackingConfig, run_id: str, scratch: Path) -> dict:
+    """The results.json, index_manifest.json and compiled program (bytes) an evaluate run logged,
+    and its recorded LM calls downloaded into `scratch` (None where the run logged none)."""
+    from pipeline.lm_record import RECORD_FILE
     from pipeline.tracing import connect
 
     connect(tracking)
+    scratch.mkdir(parents=True, exist_ok=True)
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
@@ -45,27 +50,42 @@ def recorded_evaluation(tracking: TrackingConfig, run_id: str) -> dict:
         raise HyperProveError(f"run {run_id}: not in the tracking store {tracking.uri}") from None
     if run.data.tags.get("hyperprove.kind") != "evaluate":
         raise HyperProveError(f"run {run_id}: not a `hyperprove evaluate` run")
-    with tempfile.TemporaryDirectory() as scratch:
-        names = {artifact.path for artifact in client.list_artifacts(run_id)}
-        if "results.json" not in names:
-            raise HyperProveError(f"run {run_id}: its results.json artifact is missing")
-        recorded = {}
-        for key, name in (("results", "results.json"), ("index_manifest", "index_manifest.json")):
-            if name not in names:
-                recorded[key] = None
-                continue
-            try:
-                recorded[key] = json.loads(Path(client.download_artifacts(run_id, name, scratch)).read_text(encoding="utf-8"))
-            except (ValueError, UnicodeDecodeError, RecursionError):
-                raise HyperProveError(f"run {run_id}: its {name} artifact is not valid JSON") from None
-        recorded["program"] = Path(client.download_artifacts(run_id, "program.json", scratch)).read_bytes() if "program.json" in names else None
+    names = {artifact.path for artifact in client.list_artifacts(run_id)}
+    if "results.json" not in names:
+        raise HyperProveError(f"run {run_id}: its results.json artifact is missing")
+    for name in ("results.json", "index_manifest.json", "program.json", RECORD_FILE):
+        if name in names:
+            client.download_artifacts(run_id, name, str(scratch))
+    recorded = read_recorded(scratch, f"run {run_id}")
     recorded["tags"] = dict(run.data.tags)
+    return recorded
+
+
+def read_recorded(folder: Path, label: str) -> dict:
+    """What a results folder holds of a run: results.json, index_manifest.json (or None), the
+    compiled program's bytes (or None), and the folder itself as the record of its LM calls when
+    results.json names one (`lm_calls`, else None)."""
+    recorded: dict = {}
+    for key, name in (("results", "results.json"), ("index_manifest", "index_manifest.json")):
+        path = folder / name
+        if not path.is_file():
+            if key == "results":
+                raise HyperProveError(f"{label}: has no results.json")
+            recorded[key] = None
+            continue
+        try:
+            recorded[key] = json.loads(path.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            raise HyperProveError(f"{label}: its {name} is not valid JSON") from None
+    program = folder / "program.json"
+    recorded["program"] = program.read_bytes() if program.is_file() else None
     results = recorded["results"]
     if not isinstance(results, dict):
-        raise HyperProveError(f"run {run_id}: its results.json is not a JSON object")
+        raise HyperProveError(f"{label}: its results.json is not a JSON object")
     for key, kind in (("config", dict), ("systems", dict), ("data_sha256", dict)):
         if not isinstance(results.get(key), kind):
-            raise HyperProveError(f"run {run_id}: its results.json has no {key!r} object (not written by `hyperprove evaluate`)")
+            raise HyperProveError(f"{label}: its results.json has no {key!r} object (not written by `hyperprove evaluate`)")
+    recorded["lm_calls"] = folder if results.get("lm_calls") else None
     return recorded
 
 
@@ -106,83 +126,102 @@ def endpoint(config: HyperProveConfig) -> str | None:
     return f"LM {lm.model or 'the embedded model'}" + (f" at {lm.api_base}" if lm.api_base else "")
 
 
-def rerun_config(recorded: dict, run_id: str, tracking: TrackingConfig, out: str, cache_dir: str | None,
-                 trust_record: bool = False) -> HyperProveConfig:
+def rerun_config(recorded: dict, label: str, tracking: TrackingConfig, out: str, cache_dir: str | None,
+                 trust_record: bool = False, live: bool = False) -> HyperProveConfig:
     """The recorded config with the local side's output folder, cache, tracking store and model
-    folder; refuses a recorded LM endpoint unless `trust_record`."""
+    folder, replaying the run's recorded LM calls where it has them. A recorded LM endpoint that the
+    rerun would call (no record, or `live`) is refused unless `trust_record`; a strict replay calls no LM."""
     results = recorded["results"]
-    config = HyperProveConfig.from_record(results["config"], source=f"run {run_id}")
+    config = HyperProveConfig.from_record(results["config"], source=label)
     local = HyperProveConfig()
+    replay = recorded["lm_calls"]
     if not trust_record:
         named = endpoint(config)
-        if named:
-            raise HyperProveError(f"run {run_id} names {named}; reproducing it would send every question (and your API key) "
+        if named and (replay is None or live):
+            raise HyperProveError(f"{label} names {named}; reproducing it would send every question (and your API key) "
                                   "there: check the record, then pass --trust-record")
-        config = config.with_overrides(lm={"local_model_dir": local.lm.local_model_dir}, cache_dir=local.cache_dir)
+        lm = {"local_model_dir": local.lm.local_model_dir, **({"api_base": None} if named else {})}
+        config = config.with_overrides(lm=lm, cache_dir=local.cache_dir)
     if config.program.compiled and not results.get("program_sha256"):
-        raise HyperProveError(f"run {run_id}: its config names a compiled program but the record has no program_sha256")
+        raise HyperProveError(f"{label}: its config names a compiled program but the record has no program_sha256")
     return config.with_overrides(
         evaluation={"out": out, "name": f"{safe_name(results.get('name'))}-reproduce"},
-        tracking={"uri": tracking.uri, "artifacts": tracking.artifacts, "experiment": tracking.experiment, "enabled": True},
+        tracking={"uri": tracking.uri, "artifacts": tracking.artifacts, "experiment": tracking.experiment,
+                  "enabled": tracking.enabled, "traces": tracking.traces},
+        lm={"replay": str(replay) if replay is not None else None, "live": live},
         cache_dir=cache_dir,
     )
 
 
-def check_data(results: dict, config: HyperProveConfig, run_id: str) -> None:
+def check_data(results: dict, config: HyperProveConfig, label: str) -> None:
     """The questions and corpus files are here and are the ones the run was evaluated on."""
     from pipeline.files import sha256_file
 
     for kind in ("questions", "corpus"):
         path = getattr(config.evaluation, kind)
         if not path or not Path(path).is_file():
-            raise HyperProveError(f"{path}: the {kind} file of run {run_id} is not here")
+            raise HyperProveError(f"{path}: the {kind} file of {label} is not here")
         if sha256_file(path) != results["data_sha256"].get(kind):
-            raise HyperProveError(f"{path}: differs from the {kind} run {run_id} was evaluated on (sha256 mismatch); not reproducing")
+            raise HyperProveError(f"{path}: differs from the {kind} {label} was evaluated on (sha256 mismatch); not reproducing")
 
 
-def reproduce(run_id: str, tracking: TrackingConfig, out: str | None = None, cache_dir: str | None = None,
-              trust_record: bool = False, make_runtime=None, log=print) -> dict:
-    """Rerun run `run_id` of the tracking store; returns the new run, its folder and the deltas.
-    `make_runtime(config)` gives the LM and embedder of the rerun (default: the configured ones)."""
+def reproduce(source: str, tracking: TrackingConfig, out: str | None = None, cache_dir: str | None = None,
+              trust_record: bool = False, make_runtime=None, log=print, live: bool = False) -> dict:
+    """Rerun an evaluate run, from a results folder or by its id in the tracking store, replaying
+    its recorded LM calls (a call not in the record stops the rerun unless `live`); returns the new
+    run, its folder and the deltas. `make_runtime(config)` gives the LM and embedder of the rerun
+    (default: the configured ones)."""
     from experiments.evaluate import run_evaluation
     from experiments.harness import timestamp
     from optimize.tracking import evaluation_tracker
     from pipeline.provenance import git_state
 
-    recorded = recorded_evaluation(tracking, run_id)
-    results = recorded["results"]
-    out = out or str(Path(".hyperprove") / "results" / f"{safe_name(results.get('name'))}-reproduce-{timestamp()}")
-    config = rerun_config(recorded, run_id, tracking, out, cache_dir, trust_record)
-    check_data(results, config, run_id)
-    if results.get("git_commit"):
-        now = git_state().get("git_commit")
-        if now != results["git_commit"]:
-            log(f"note: run {run_id} was made at commit {str(results['git_commit'])[:10]}, this is {str(now)[:10]}")
-    shown = config.to_dict()
-    log(f"reproducing run {run_id} with this config:")
-    for section in ("evaluation", "retriever", "index", "lm", "program"):
-        log(f"  {section}: {json.dumps(shown[section])}")
-    log(f"  cache_dir: {json.dumps(shown['cache_dir'])}")
-
-    def check_index(manifest: dict | None) -> None:
-        if not same_index(recorded["index_manifest"], manifest):
-            raise HyperProveError(f"the index differs from the one run {run_id} used (index manifest checksums); not reproducing")
-
+    started = time.perf_counter()
     with tempfile.TemporaryDirectory() as scratch:
+        if Path(source).is_dir():
+            label = str(source)
+            recorded = read_recorded(Path(source), label)
+        else:
+            label = f"run {source}"
+            recorded = recorded_evaluation(tracking, source, Path(scratch) / "record")
+        results = recorded["results"]
+        out = out or str(Path(".hyperprove") / "results" / f"{safe_name(results.get('name'))}-reproduce-{timestamp()}")
+        config = rerun_config(recorded, label, tracking, out, cache_dir, trust_record, live)
+        check_data(results, config, label)
+        if results.get("git_commit"):
+            now = git_state().get("git_commit")
+            if now != results["git_commit"]:
+                log(f"note: {label} was made at commit {str(results['git_commit'])[:10]}, this is {str(now)[:10]}")
+        if recorded["lm_calls"] is not None:
+            log(f"replaying its {results['lm_calls'].get('calls')} recorded LM calls" + ("; new ones go to the LM" if live else ""))
+        elif results.get("decomposition") == "lm":
+            log(f"note: {label} recorded no LM calls (made before runs recorded them): the LM is asked again, from the cache where it holds the calls")
+        shown = config.to_dict()
+        log(f"reproducing {label} with this config:")
+        for section in ("evaluation", "retriever", "index", "lm", "program"):
+            log(f"  {section}: {json.dumps(shown[section])}")
+        log(f"  cache_dir: {json.dumps(shown['cache_dir'])}")
+
+        def check_index(manifest: dict | None) -> None:
+            if not same_index(recorded["index_manifest"], manifest):
+                raise HyperProveError(f"the index differs from the one {label} used (index manifest checksums); not reproducing")
+
         if results.get("program_sha256"):  # rerun with the compiled program the run logged
             program = recorded["program"]
             if program is None or hashlib.sha256(program).hexdigest() != results["program_sha256"]:
-                raise HyperProveError(f"run {run_id}: its compiled program.json artifact is missing or differs from the recorded sha256")
+                raise HyperProveError(f"{label}: its compiled program.json is missing or differs from the recorded sha256")
             (Path(scratch) / "program.json").write_bytes(program)
             config = config.with_overrides(program={"compiled": str(Path(scratch) / "program.json")})
         runtime = make_runtime(config) if make_runtime else None
-        outcome = run_evaluation(config, runtime, tags={"hyperprove.reproduces": run_id}, check_index=check_index, log=log,
-                                 track=evaluation_tracker(config, log))
+        outcome = run_evaluation(config, runtime, tags={"hyperprove.reproduces": str(source)}, check_index=check_index, log=log,
+                                 track=evaluation_tracker(config, log) if config.tracking.enabled else None)
     deltas = metric_deltas(results["systems"], outcome["retrievers"])
-    changed = {system: {k: d for k, d in values.items() if d != 0} for system, values in deltas.items()}
-    changed = {system: values for system, values in changed.items() if values}
-    for system, values in changed.items():
-        log(f"{system}: " + ", ".join(f"{key} {delta:+.4g}" for key, delta in values.items()))
-    if not changed:
-        log(f"reproduced run {run_id}: every metric identical (wall-clock times and token costs are not compared)")
-    return {"run": run_id, "reproduction": outcome["mlflow_run"], "out": outcome["out"], "identical": not changed, "deltas": deltas}
+    for system, values in deltas.items():
+        log(f"{system}: " + ", ".join(f"{key} {results['systems'][system][key]:.4g} " + ("=" if delta == 0 else f"{delta:+.4g}")
+                                      for key, delta in values.items()))
+    identical = all(delta == 0 for values in deltas.values() for delta in values.values())
+    seconds = round(time.perf_counter() - started, 1)
+    log(f"reproduced {label} in {seconds} s: " + ("every metric identical" if identical else "metrics differ (above)")
+        + " (wall-clock times and token costs are not compared)")
+    return {"run": str(source), "reproduction": outcome["mlflow_run"], "out": outcome["out"], "identical": identical,
+            "deltas": deltas, "seconds": seconds}

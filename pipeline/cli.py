@@ -19,7 +19,7 @@ import typing
 from typing import Callable
 
 from modules.config import TUNABLES
-from modules.errors import HyperProveError, first_line
+from modules.errors import HyperProveError, UnrecordedCall, first_line
 from pipeline.config import _SECTIONS, ADAPTERS, BRIDGE_REWRITES, EXTRACTORS, READER_EVIDENCE, HyperProveConfig
 
 # Third-party settings the command line fixes for every command: no reaching for the network at
@@ -132,7 +132,8 @@ def cmd_evaluate(args, make_runtime) -> dict:
 def cmd_reproduce(args, make_runtime) -> dict:
     from optimize.reproduce import reproduce
 
-    return reproduce(args.run_id, build_config(args).tracking, args.out, getattr(args, TOP_LEVEL), args.trust_record, make_runtime)
+    return reproduce(args.source, build_config(args).tracking, args.out, getattr(args, TOP_LEVEL), args.trust_record, make_runtime,
+                     live=args.live)
 
 
 def cmd_ui(args, make_runtime) -> dict:
@@ -157,6 +158,10 @@ def _add_config_flags(parser: argparse.ArgumentParser, retriever: bool = True, e
     config_flag(parser, "--deterministic", "lm.deterministic",
                 "local model: every request computes its whole prompt (no prompt cache), so the same prompt gets the same "
                 "answer; about four times the seconds a call")
+    config_flag(parser, "--replay", "lm.replay",
+                "answer the LM calls from a results folder's recorded calls (lm_calls.jsonl.gz); a call not there stops the run",
+                shown="none")
+    config_flag(parser, "--live", "lm.live", "with --replay, send calls the record lacks to the LM (only those an option changes are new)")
     config_flag(parser, "--lm-adapter", "lm.adapter", "prompt layout: " + "; ".join(f"{k}: {v}" for k, v in ADAPTERS.items()),
                 shown="lean-prefilled on the local model, chat on an API model")
     parser.add_argument("--json", action="store_true", help="end with one JSON object")
@@ -297,10 +302,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_program_flags(compile_)
     compile_.set_defaults(run=calls("optimize.compile:run_compile"))
 
-    reproduce = commands.add_parser("reproduce", help="rerun a tracked evaluate run from its record and print the metric deltas")
-    reproduce.add_argument("run_id", help="MLflow run id (printed by `hyperprove evaluate`, listed by `hyperprove ui`)")
-    _add_tracking_flags(reproduce)
-    config_flag(reproduce, "--cache-dir", TOP_LEVEL, "cache dir to use (the LM cache makes a rerun exact)")
+    reproduce = commands.add_parser("reproduce", help="rerun an evaluate run from its record, replaying its LM calls, and print every metric's change")
+    reproduce.add_argument("source", metavar="RUN_ID_OR_FOLDER",
+                           help="a results folder (experiments/results/<name>), or an MLflow run id (printed by `hyperprove evaluate`, listed by `hyperprove ui`)")
+    _add_tracking_flags(reproduce, "the reproduction as an MLflow run", traces=True)
+    config_flag(reproduce, "--cache-dir", TOP_LEVEL, "cache dir to use for what the record does not hold")
+    reproduce.add_argument("--live", action="store_true", help="send an LM call the record lacks to the LM instead of stopping")
     reproduce.add_argument("--out", help="results directory of the reproduction")
     reproduce.add_argument("--trust-record", action="store_true",
                            help="also take the record's LM, API endpoint and cache dir (a record names them; by default they are refused or replaced)")
@@ -328,7 +335,7 @@ def main(argv: list[str] | None = None, make_runtime: Callable | None = None) ->
     args = build_parser().parse_args(argv)
     try:
         result = args.run(args, make_runtime or Runtime)
-    except HyperProveError as error:
+    except (HyperProveError, UnrecordedCall) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -53,9 +53,13 @@ class LMConfig:
     # Local model: every request computes its whole prompt (the server's prompt cache off), so the
     # same prompt gets the same answer; about four times the seconds a call (experiments/FINDINGS.md).
     deterministic: bool = False
+    # A results folder (or its lm_calls.jsonl.gz) whose recorded calls answer this run's LM requests
+    # (`pipeline.lm_record`); a request not in it stops the run, unless `live` sends it to the LM.
+    replay: str | None = None
+    live: bool = False
 
     # What a recorded config without these fields ran with (records made before they existed).
-    RECORDED_WITHOUT = {"adapter": "chat", "deterministic": False}
+    RECORDED_WITHOUT = {"adapter": "chat", "deterministic": False, "replay": None, "live": False}
 
     @property
     def layout(self) -> str:

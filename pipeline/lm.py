@@ -26,13 +26,14 @@ from pipeline.lm_profile import CacheLookups, LMProfile
 from pipeline.local_model import LocalServer
 
 
-def configure_lm_cache(cache_dir: str | Path) -> CacheLookups:
+def configure_lm_cache(cache_dir: str | Path, replay=None, live: bool = False) -> CacheLookups:
     """The LM cache under the project cache dir, as JSON rows (`pipeline.lm_cache`: no pickle is
     ever read), set as DSPy's cache; its lookups watched, so that a profile can tell the calls it
-    answered."""
+    answered. With `replay` (a `pipeline.lm_record.Record`) the record answers first."""
     from pipeline.lm_cache import JSONCache
+    from pipeline.lm_record import ReplayCache
 
-    cache = JSONCache(Path(cache_dir))
+    cache = ReplayCache(Path(cache_dir), replay, live) if replay is not None else JSONCache(Path(cache_dir))
     with dspy._cache_lock:  # as dspy.configure_cache sets it
         dspy.cache = cache
     return CacheLookups(dspy.cache)
@@ -42,15 +43,17 @@ def configure_lm_cache(cache_dir: str | Path) -> CacheLookups:
 # minute in all), enough to ride out the rate limits that 8 requests in flight meet (DSPy's own
 # reasoning in its PR #1753); the embedded server has no rate limit, and 2 cover a hiccup.
 API_RETRIES, LOCAL_RETRIES = 8, 2
+NO_SERVER = "http://127.0.0.1:9"  # the discard port: a request sent there fails at once
 
 
 def make_lm(config: LMConfig, profile: LMProfile | None = None):
     """A `dspy.LM` for the configured model; starts the embedded server when no model is given."""
     common = dict(temperature=config.temperature, max_tokens=config.max_tokens, callbacks=[profile] if profile is not None else [])
     if config.model is None:
-        server = LocalServer.get(config)
+        # a strict replay asks nothing of the model, so none is loaded; the address is one nothing listens on
+        address = NO_SERVER if config.replay and not config.live else LocalServer.get(config).address
         fresh = {"extra_body": {"cache_prompt": False}} if config.deterministic else {}  # part of the LM cache key too
-        return dspy.LM(f"openai/{LOCAL_MODEL_NAME}", api_base=f"{server.address}/v1", api_key="local",
+        return dspy.LM(f"openai/{LOCAL_MODEL_NAME}", api_base=f"{address}/v1", api_key="local",
                        num_retries=LOCAL_RETRIES, **common, **fresh)
     if "/" not in config.model:
         raise HyperProveError(f"--lm {config.model!r}: expected a LiteLLM id such as openai/gpt-4o-mini")
@@ -58,12 +61,21 @@ def make_lm(config: LMConfig, profile: LMProfile | None = None):
     return dspy.LM(config.model, num_retries=API_RETRIES, **common, **extra)
 
 
+def uses_cache(lm) -> bool:
+    """Whether the LM's calls pass DSPy's cache (where they are recorded and replayed)."""
+    return bool(getattr(lm, "cache", False)) and getattr(lm, "_cache_responses", True) is not False
+
+
 class LMSession:
-    """The configured LM (or the one given), DSPy's disk cache under the cache dir, and the
-    `LMProfile` of its calls; made the global DSPy LM, since the program's predictors read it from there."""
+    """The configured LM (or the one given), DSPy's disk cache under the cache dir (answered first
+    from a replayed record), the `LMProfile` and the `CallRecord` of its calls; made the global
+    DSPy LM, since the program's predictors read it from there."""
 
     def __init__(self, config, lm=None):
-        self.profile = LMProfile(configure_lm_cache(config.cache_dir))
+        from pipeline.lm_record import CallRecord, read_record
+
+        replay = read_record(config.lm.replay) if config.lm.replay else None
+        self.profile = LMProfile(configure_lm_cache(config.cache_dir, replay, config.lm.live))
         if lm is None:
             self.id = config.lm.id
             self.lm = make_lm(config.lm, self.profile)
@@ -71,6 +83,12 @@ class LMSession:
             self.id = str(getattr(lm, "model", type(lm).__name__))
             self.lm = lm
             self.lm.callbacks = [*(getattr(lm, "callbacks", None) or []), self.profile]
+        # Calls are recorded and replayed at DSPy's cache, which an LM object may bypass (DummyLM does).
+        self.record = CallRecord() if uses_cache(self.lm) else None  # for the run's lm_calls.jsonl.gz
+        if self.record is not None:
+            dspy.cache.listeners.append(self.record.observe)
+        elif replay is not None:
+            raise HyperProveError(f"--replay {config.lm.replay}: the LM given ({self.id}) does not use DSPy's cache, so its calls cannot be replayed")
         # An LM object handed in (a test's scripted LM, a custom client) is no embedded server: DSPy's
         # chat layout unless one is named.
         self.adapter = config.lm.layout_for(embedded=lm is None and config.lm.model is None)

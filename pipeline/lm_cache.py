@@ -15,7 +15,7 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from dspy.clients.cache import Cache
 
@@ -25,31 +25,49 @@ STORE_FILE = "lm-responses.sqlite3"
 RESPONSE_KIND = "chat.completion"  # the only value stored: a LiteLLM ModelResponse of a chat completion
 
 
-def to_json(value: Any) -> str | None:
-    """A chat completion as JSON text; None for any other value (kept in memory only)."""
+def response_data(value: Any) -> dict | None:
+    """A chat completion as plain JSON data; None for any other value (kept in memory only)."""
     from litellm import ModelResponse
 
     if type(value) is not ModelResponse:
         return None
     try:
-        return json.dumps({"kind": RESPONSE_KIND, "response": value.model_dump(mode="json")}, ensure_ascii=False)
+        data = value.model_dump(mode="json")
+        json.dumps(data)
+        return data
     except (TypeError, ValueError):
+        return None
+
+
+def to_json(value: Any) -> str | None:
+    """A chat completion as the JSON text of a row; None for any other value."""
+    data = response_data(value)
+    return None if data is None else json.dumps({"kind": RESPONSE_KIND, "response": data}, ensure_ascii=False)
+
+
+def response_from_data(data: Any):
+    """The ModelResponse of `response_data`'s output, or None when `data` is anything else."""
+    from litellm import ModelResponse
+
+    if not isinstance(data, dict):
+        return None
+    try:
+        response = ModelResponse(**data)
+        response.choices[0].message.content  # a completion that cannot be read is no answer
+        return response
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError):
         return None
 
 
 def from_json(text: str):
     """The ModelResponse a row holds, or None when the row is anything else."""
-    from litellm import ModelResponse
-
     try:
         row = json.loads(text)
-        if not isinstance(row, dict) or row.get("kind") != RESPONSE_KIND or not isinstance(row.get("response"), dict):
-            return None
-        response = ModelResponse(**row["response"])
-        response.choices[0].message.content  # a completion that cannot be read is no answer
-        return response
-    except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError):
+    except (ValueError, RecursionError):
         return None
+    if not isinstance(row, dict) or row.get("kind") != RESPONSE_KIND:
+        return None
+    return response_from_data(row.get("response"))
 
 
 class ResponseStore:
@@ -88,30 +106,42 @@ class ResponseStore:
             return self._db.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
 
 
+def request_data(request: dict[str, Any], ignored_args_for_cache_key: list[str] | None = None) -> dict:
+    """The request as the cache keys it (without the API key and endpoint), as plain JSON data."""
+    params = {k: v for k, v in request.items() if k not in (ignored_args_for_cache_key or [])}
+    return json.loads(json.dumps(params, ensure_ascii=False, default=str))
+
+
+Listener = Callable[[str, dict, dict], None]  # (cache key, request data, response data) of one LM call
+
+
 class JSONCache(Cache):
     """DSPy's `Cache` (same keys, same in-memory tier, same cache-hit marking) whose disk tier is
-    a `ResponseStore`; set as `dspy.cache` by `configure_lm_cache`."""
+    a `ResponseStore`; set as `dspy.cache` by `configure_lm_cache`. Every call it sees, answered
+    here or by the LM, goes to its `listeners` (`pipeline.lm_record.CallRecord` records a run's calls)."""
 
     def __init__(self, directory: str | Path):
         super().__init__(enable_disk_cache=False, enable_memory_cache=True, disk_cache_dir=None)
         self.store = ResponseStore(Path(directory) / STORE_FILE)
+        self.listeners: list[Listener] = []
 
     def __contains__(self, key: str) -> bool:
         return key in self.memory_cache or key in self.store
 
     def get(self, request: dict[str, Any], ignored_args_for_cache_key: list[str] | None = None) -> Any:
-        cached = super().get(request, ignored_args_for_cache_key)  # the memory tier
-        if cached is not None:
-            return cached
         try:
             key = self.cache_key(request, ignored_args_for_cache_key)
         except Exception:  # DSPy's own rule: a request it cannot key is not cached
             return None
-        response = self.store.get(key)
-        if response is None:
-            return None
         with self._lock:
-            self.memory_cache[key] = response
+            response = self.memory_cache.get(key)
+        if response is None:
+            response = self.store.get(key)
+            if response is None:
+                return None
+            with self._lock:
+                self.memory_cache[key] = response
+        self.heard(key, request, ignored_args_for_cache_key, response)
         return self._prepare_cached_response(response)
 
     def put(self, request: dict[str, Any], value: Any, ignored_args_for_cache_key: list[str] | None = None,
@@ -122,7 +152,16 @@ class JSONCache(Cache):
             return
         try:
             key = self.cache_key(request, ignored_args_for_cache_key)
-            params = {k: v for k, v in request.items() if k not in (ignored_args_for_cache_key or [])}
-            self.store.put(key, json.dumps(params, ensure_ascii=False, default=str), response)
+            self.store.put(key, json.dumps(request_data(request, ignored_args_for_cache_key), ensure_ascii=False), response)
         except Exception as error:  # as DSPy's disk tier: a value that cannot be stored is only not cached
             logger.debug("LM cache: not stored (%s)", error)
+        else:
+            self.heard(key, request, ignored_args_for_cache_key, value)
+
+    def heard(self, key: str, request: dict[str, Any], ignored_args_for_cache_key: list[str] | None, response: Any) -> None:
+        """Tell the listeners of one call (a chat completion; any other value is not recorded)."""
+        if not self.listeners or (data := response_data(response)) is None:
+            return
+        params = request_data(request, ignored_args_for_cache_key)
+        for listener in self.listeners:
+            listener(key, params, data)

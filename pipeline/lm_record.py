@@ -1,0 +1,234 @@
+"""A run's LM calls as data: recorded while it runs, written beside its results, replayed by a rerun.
+
+Every LM call passes the LM cache (`pipeline.lm_cache.JSONCache`) under DSPy's cache key (the
+request without the API key and endpoint), answered there or by the LM. `CallRecord` hears each
+one and keeps, once per request, the request as sent (model, messages, sampling settings), the
+chat completion, and who asked (system, question id, step). `lm_calls.jsonl.gz` is that record:
+gzip'd JSON lines, a header line and then one line per request; results.json names its sha256.
+
+`ReplayCache` answers a rerun from a record. A request the record lacks stops the run
+(`UnrecordedCall`) with its step, its question and where it departs from the nearest recorded
+request, unless `live` lets it through to the LM (then only the calls an option changes are new).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import threading
+from contextlib import contextmanager
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any, Iterable
+
+from modules.errors import HyperProveError, UnrecordedCall
+from pipeline.lm_cache import JSONCache, request_data, response_from_data
+from pipeline.lm_profile import step_of
+
+RECORD_FILE = "lm_calls.jsonl.gz"
+RECORD_FORMAT, RECORD_VERSION = "hyperprove.lm_calls", 1
+MAX_RECORD_BYTES = 1 << 31  # uncompressed: a record is read whole, so a crafted gzip cannot fill the memory
+
+_ASKER: ContextVar[tuple[str | None, str | None]] = ContextVar("hyperprove_asker", default=(None, None))
+
+
+@contextmanager
+def asking(system: str | None, question: str | None):
+    """The LM calls made inside are asked by `system` for `question` (its id)."""
+    token = _ASKER.set((system, question))
+    try:
+        yield
+    finally:
+        _ASKER.reset(token)
+
+
+def current_asker() -> dict:
+    """Who is asking now: the system and question set by `asking`, the step from DSPy's module stack."""
+    import dspy
+
+    system, question = _ASKER.get()
+    return {"system": system, "question": question, "step": step_of(dspy.settings.caller_modules)}
+
+
+class CallRecord:
+    """The LM calls of one run, once per request, in the order first asked; thread-safe.
+    `observe` is a `JSONCache` listener."""
+
+    def __init__(self, calls: Iterable[dict] = ()):
+        self._lock = threading.Lock()
+        self.calls: dict[str, dict] = {}
+        self.add(calls)
+
+    def add(self, calls: Iterable[dict]) -> None:
+        """Calls recorded earlier (an interrupted run's finished systems)."""
+        with self._lock:
+            for call in calls:
+                kept = self.calls.setdefault(call["key"], {**call, "asked_by": []})
+                kept["asked_by"].extend(a for a in call["asked_by"] if a not in kept["asked_by"])
+
+    def observe(self, key: str, request: dict, response: dict) -> None:
+        self.add([{"key": key, "asked_by": [current_asker()], "request": request, "response": response}])
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self.calls)
+
+    def to_bytes(self) -> bytes:
+        """The record file's bytes: the same calls give the same bytes (no time in the gzip header)."""
+        with self._lock:
+            rows = [dict(call) for call in self.calls.values()]
+        lines = [json.dumps({"format": RECORD_FORMAT, "version": RECORD_VERSION, "calls": len(rows)})]
+        lines += [json.dumps(row, ensure_ascii=False, sort_keys=True) for row in rows]
+        buffer = io.BytesIO()
+        with gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0, compresslevel=9) as out:
+            out.write(("\n".join(lines) + "\n").encode("utf-8"))
+        return buffer.getvalue()
+
+    def write(self, path: Path) -> dict:
+        """Write the record to `path` (atomically); returns what results.json says of it."""
+        from pipeline.files import atomic_write_bytes
+
+        data = self.to_bytes()
+        atomic_write_bytes(Path(path), data)
+        return {"file": Path(path).name, "calls": len(self), "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+# --- reading a record ----------------------------------------------------------------------------
+def record_file(source: str | Path) -> tuple[Path, str | None]:
+    """The record a `--replay` names (a results folder or the file itself) and the sha256 the
+    folder's results.json gives for it (None for a file named directly)."""
+    from pipeline.files import read_json
+
+    path = Path(source)
+    if not path.is_dir():
+        return path, None
+    expected = None
+    if (path / "results.json").is_file():
+        named = read_json(path / "results.json", "results").get("lm_calls")
+        if not isinstance(named, dict) or not isinstance(named.get("sha256"), str):
+            raise HyperProveError(f"{path}/results.json: names no recorded LM calls (an evaluation without the LM, "
+                                  "or made before runs recorded their calls)")
+        expected = named["sha256"]
+    return path / RECORD_FILE, expected
+
+
+def read_record(source: str | Path) -> "Record":
+    """A record, checked: its sha256 against results.json, its header, every row's shape, and that
+    each row's request gives its key (a request edited in place is caught here)."""
+    from dspy.clients.cache import Cache
+
+    path, expected = record_file(source)
+    if not path.is_file():
+        raise HyperProveError(f"{path}: no recorded LM calls here")
+    data = path.read_bytes()
+    if expected is not None and hashlib.sha256(data).hexdigest() != expected:
+        raise HyperProveError(f"{path}: differs from the record its results.json names (sha256 mismatch): edited or damaged; not replaying")
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(data)) as unzipped:
+            text = unzipped.read(MAX_RECORD_BYTES + 1)
+        if len(text) > MAX_RECORD_BYTES:
+            raise HyperProveError(f"{path}: over {MAX_RECORD_BYTES >> 20} MiB uncompressed; not read")
+        lines = text.decode("utf-8").splitlines()
+        header = json.loads(lines[0]) if lines else None
+    except (OSError, EOFError, UnicodeDecodeError, ValueError, RecursionError):
+        raise HyperProveError(f"{path}: not a gzip'd JSON lines record of LM calls") from None
+    if not isinstance(header, dict) or header.get("format") != RECORD_FORMAT or header.get("version") != RECORD_VERSION:
+        raise HyperProveError(f"{path}: line 1 is not a {RECORD_FORMAT} header of version {RECORD_VERSION}")
+    if header.get("calls") != len(lines) - 1:
+        raise HyperProveError(f"{path}: its header says {header.get('calls')} calls, it holds {len(lines) - 1}")
+    keyer = Cache(enable_disk_cache=False, enable_memory_cache=False, disk_cache_dir=None)
+    calls: dict[str, dict] = {}
+    for number, line in enumerate(lines[1:], start=2):
+        try:
+            row = json.loads(line)
+        except (ValueError, RecursionError):
+            raise HyperProveError(f"{path}: line {number} is not JSON") from None
+        if not (isinstance(row, dict) and isinstance(row.get("key"), str) and isinstance(row.get("request"), dict)
+                and isinstance(row.get("asked_by"), list) and response_from_data(row.get("response")) is not None):
+            raise HyperProveError(f"{path}: line {number} is not a recorded call (key, request, response, asked_by)")
+        if keyer.cache_key(row["request"]) != row["key"] or row["key"] in calls:
+            raise HyperProveError(f"{path}: line {number}: its request does not give its key, or the key is there twice (edited?)")
+        calls[row["key"]] = row
+    return Record(path, calls)
+
+
+class Record:
+    """A read record: its calls by key, each call's response, and what to say when a request misses."""
+
+    def __init__(self, path: Path, calls: dict[str, dict]):
+        self.path, self.calls = path, calls
+
+    def response(self, key: str):
+        return response_from_data(self.calls[key]["response"])
+
+    def unrecorded(self, request: dict, asker: dict) -> UnrecordedCall:
+        """The error for a request the record lacks: who asked, and where the nearest recorded
+        request departs from it."""
+        near, relation = self.nearest(request, asker)
+        where = f"; the nearest recorded request ({relation}) {departure(near['request'], request)}" if near else "; the record is empty"
+        return UnrecordedCall(f"an LM call not in the record {self.path}: step {asker['step']}, question {asker['question']} "
+                              f"(system {asker['system']}){where}; pass --live to send new calls to the LM")
+
+    def nearest(self, request: dict, asker: dict) -> tuple[dict | None, str]:
+        """The recorded call sharing the longest start of its messages with `request`, among those
+        of the same question and step if any, else of the same step, else all."""
+        def asked(call: dict, same: tuple[str, ...]) -> bool:
+            return any(all(other.get(k) == asker[k] for k in same) for other in call["asked_by"] if isinstance(other, dict))
+
+        text = messages_text(request)
+        for same, relation in ((("question", "step"), "same question and step"), (("step",), "same step"), ((), "any")):
+            candidates = [call for call in self.calls.values() if asked(call, same)]
+            if candidates:
+                return max(candidates, key=lambda call: common_start(messages_text(call["request"]), text)), relation
+        return None, ""
+
+
+def messages_text(request: dict) -> str:
+    return json.dumps(request.get("messages"), ensure_ascii=False)
+
+
+def common_start(a: str, b: str) -> int:
+    n = min(len(a), len(b))
+    return next((i for i in range(n) if a[i] != b[i]), n)
+
+
+def departure(recorded: dict, asked: dict, width: int = 60) -> str:
+    """Where `asked` first differs from `recorded`: a setting, or a message's text at a character."""
+    def cut(value: Any, at: int = 0) -> str:
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        return repr(text[max(at - width // 3, 0): at + width])
+
+    for name in sorted((set(recorded) | set(asked)) - {"messages"}):
+        if recorded.get(name) != asked.get(name):
+            return f"differs in {name}: recorded {cut(recorded.get(name))}, now {cut(asked.get(name))}"
+    before, now = recorded.get("messages") or [], asked.get("messages") or []
+    for number, (old, new) in enumerate(zip(before, now)):
+        if old != new:
+            old_text, new_text = str(old.get("content")), str(new.get("content"))
+            at = common_start(old_text, new_text)
+            return f"differs in message {number} ({new.get('role')}) at character {at}: recorded {cut(old_text, at)}, now {cut(new_text, at)}"
+    return f"has {len(before)} messages, this one {len(now)}"
+
+
+class ReplayCache(JSONCache):
+    """The LM cache of a replayed run: the record answers first; a request it lacks raises
+    `UnrecordedCall`, or with `live` goes on to the cache and the LM as in any run."""
+
+    def __init__(self, directory: str | Path, record: Record, live: bool = False):
+        super().__init__(directory)
+        self.record, self.live = record, live
+
+    def get(self, request: dict[str, Any], ignored_args_for_cache_key: list[str] | None = None) -> Any:
+        try:
+            key = self.cache_key(request, ignored_args_for_cache_key)
+        except Exception:
+            key = None
+        if key in self.record.calls:
+            response = self.record.response(key)
+            self.heard(key, request, ignored_args_for_cache_key, response)
+            return self._prepare_cached_response(response)
+        if self.live:
+            return super().get(request, ignored_args_for_cache_key)
+        raise self.record.unrecorded(request_data(request, ignored_args_for_cache_key), current_asker())
