@@ -193,6 +193,7 @@ def record_evaluation(config: HyperProveConfig, results: dict, out: Path, header
     outcome = {"retrievers": {n: r.summary for n, r in results.items()}, "out": str(out), "mlflow_run": None}
     with atomic_directory(out) as scratch:
         paths = write_results(scratch, header, results, record)
+        calls = read_json(paths["results"], "results").get("lm_calls")
         if index_manifest is not None:
             paths["index_manifest"] = scratch / "index_manifest.json"
             atomic_write_json(paths["index_manifest"], index_manifest)
@@ -206,6 +207,9 @@ def record_evaluation(config: HyperProveConfig, results: dict, out: Path, header
             if outcome["mlflow_run"]:
                 atomic_write_json(paths["results"], {**read_json(paths["results"], "results"), "mlflow_run": outcome["mlflow_run"]})
     log(results_table([r.summary for r in results.values()]).rstrip())
-    recorded = f"the {len(record)} LM calls, " if record is not None else ""
+    recorded = ""
+    if calls:
+        replayed = calls.get("replayed")
+        recorded = f"the {calls['calls']} LM calls" + (f" ({replayed['calls']} replayed from {replayed['from']})" if replayed else "") + ", "
     log(f"results, predictions, {'evidence-chain pages (pages/index.html), ' if 'pages' in paths else ''}{recorded}the index manifest in {out}/")
     return outcome

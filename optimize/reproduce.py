@@ -215,6 +215,12 @@ def reproduce(source: str, tracking: TrackingConfig, out: str | None = None, cac
         runtime = make_runtime(config) if make_runtime else None
         outcome = run_evaluation(config, runtime, tags={"hyperprove.reproduces": str(source)}, check_index=check_index, log=log,
                                  track=evaluation_tracker(config, log) if config.tracking.enabled else None)
+    replay = None
+    if recorded["lm_calls"] is not None:  # did the rerun ask exactly what the run asked?
+        now = json.loads((Path(outcome["out"]) / "results.json").read_text(encoding="utf-8")).get("lm_calls") or {}
+        replay = {"recorded": results["lm_calls"].get("calls"), "asked_again": (now.get("replayed") or {}).get("calls", 0)}
+        replay["new"] = now.get("calls", 0) - replay["asked_again"]
+        log(f"LM calls: {replay['asked_again']} of the {replay['recorded']} recorded asked again, {replay['new']} new")
     deltas = metric_deltas(results["systems"], outcome["retrievers"])
     for system, values in deltas.items():
         log(f"{system}: " + ", ".join(f"{key} {results['systems'][system][key]:.4g} " + ("=" if delta == 0 else f"{delta:+.4g}")
@@ -224,4 +230,4 @@ def reproduce(source: str, tracking: TrackingConfig, out: str | None = None, cac
     log(f"reproduced {label} in {seconds} s: " + ("every metric identical" if identical else "metrics differ (above)")
         + " (wall-clock times and token costs are not compared)")
     return {"run": str(source), "reproduction": outcome["mlflow_run"], "out": outcome["out"], "identical": identical,
-            "deltas": deltas, "seconds": seconds}
+            "deltas": deltas, "seconds": seconds, "lm_calls": replay}

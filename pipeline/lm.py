@@ -84,7 +84,7 @@ class LMSession:
             self.lm = lm
             self.lm.callbacks = [*(getattr(lm, "callbacks", None) or []), self.profile]
         # Calls are recorded and replayed at DSPy's cache, which an LM object may bypass (DummyLM does).
-        self.record = CallRecord() if uses_cache(self.lm) else None  # for the run's lm_calls.jsonl.gz
+        self.record = CallRecord(replaying=replay) if uses_cache(self.lm) else None  # for the run's lm_calls.jsonl.gz
         if self.record is not None:
             dspy.cache.listeners.append(self.record.observe)
         elif replay is not None:

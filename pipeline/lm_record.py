@@ -56,9 +56,10 @@ class CallRecord:
     """The LM calls of one run, once per request, in the order first asked; thread-safe.
     `observe` is a `JSONCache` listener."""
 
-    def __init__(self, calls: Iterable[dict] = ()):
+    def __init__(self, calls: Iterable[dict] = (), replaying: "Record | None" = None):
         self._lock = threading.Lock()
         self.calls: dict[str, dict] = {}
+        self.replaying = replaying  # the record this run replays, if any: its summary says how many calls came from there
         self.add(calls)
 
     def add(self, calls: Iterable[dict]) -> None:
@@ -92,7 +93,12 @@ class CallRecord:
 
         data = self.to_bytes()
         atomic_write_bytes(Path(path), data)
-        return {"file": Path(path).name, "calls": len(self), "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+        summary = {"file": Path(path).name, "calls": len(self), "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+        if self.replaying is not None:
+            with self._lock:
+                shared = sum(key in self.replaying.calls for key in self.calls)
+            summary["replayed"] = {"from": str(self.replaying.path), "calls": shared}
+        return summary
 
 
 # --- reading a record ----------------------------------------------------------------------------

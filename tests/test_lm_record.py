@@ -122,6 +122,7 @@ def test_reproduce_from_a_results_folder_replays_without_the_lm(files, capsys, s
     assert code == 0, err
     result = json.loads(out.strip().splitlines()[-1])
     assert result["identical"] is True and len(scripted.completion.requests) == 6  # none new
+    assert result["lm_calls"] == {"recorded": 6, "asked_again": 6, "new": 0} and "LM calls: 6 of the 6 recorded asked again, 0 new" in out
     assert "replaying its 6 recorded LM calls" in out
     assert "hyperprove: n 1 =, em 100 =, f1 100 =, recall@2 " in out and "reproduced " in out and ": every metric identical" in out
     # the reproduction recorded the same calls
@@ -190,6 +191,9 @@ def test_replay_with_live_asks_only_the_calls_an_option_changes(files, capsys, s
     assert "[[ ## evidence ## ]]" in scripted.completion.requests[-1][-1]["content"]
     assert json.loads(out.strip().splitlines()[-1])["retrievers"]["hyperprove"]["em"] == 100.0
     assert rows(files / "option" / "lm_calls.jsonl.gz")[0]["calls"] == 6  # its own record: 5 shared + 1 new
+    summary = json.loads((files / "option" / "results.json").read_text())["lm_calls"]
+    assert summary["calls"] == 6 and summary["replayed"] == {"from": str(files / "first" / "lm_calls.jsonl.gz"), "calls": 5}
+    assert f"the 6 LM calls (5 replayed from {files / 'first' / 'lm_calls.jsonl.gz'}), " in out
 
 
 def test_departure_names_the_first_difference():
@@ -275,3 +279,21 @@ def test_an_interrupted_run_keeps_the_calls_of_its_finished_systems(files, capsy
 
     assert asked(files / "resumed" / "lm_calls.jsonl.gz") == asked(files / "whole" / "lm_calls.jsonl.gz")
     assert len(asked(files / "whole" / "lm_calls.jsonl.gz")) == 6
+
+
+def test_a_tracked_run_logs_its_calls_and_reproduces_by_its_id(files, capsys, scripted, monkeypatch):
+    monkeypatch.chdir(files)
+    uri = f"sqlite:///{files}/mlflow.db"
+    code, out, _ = run(capsys, "evaluate", "--questions", files / "questions.json", "--corpus", files / "corpus.json",
+                       "--retriever", "hyperprove,dense", "--decomposition", "lm", "--embedder", "test-hash", "--cache-dir", files / "cache",
+                       "--out", files / "first", "--tracking-uri", uri, "--no-trace", "--bridge-rewrite", "lm", "--json", runtime=scripted.runtime)
+    assert code == 0
+    run_id = json.loads(out.strip().splitlines()[-1])["mlflow_run"]
+    (logged,) = [p for p in (files / ".hyperprove" / "mlartifacts").rglob("lm_calls.jsonl.gz") if run_id in str(p)]
+    assert logged.read_bytes() == (files / "first" / "lm_calls.jsonl.gz").read_bytes()
+    shutil.rmtree(files / "cache")
+    code, out, err = run(capsys, "reproduce", run_id, "--tracking-uri", uri, "--no-trace", "--json", runtime=scripted.runtime)
+    assert code == 0, err
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["identical"] is True and result["lm_calls"] == {"recorded": 6, "asked_again": 6, "new": 0}
+    assert len(scripted.completion.requests) == 6
