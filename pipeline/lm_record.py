@@ -29,7 +29,7 @@ from pipeline.lm_profile import step_of
 
 RECORD_FILE = "lm_calls.jsonl.gz"
 RECORD_FORMAT, RECORD_VERSION = "hyperprove.lm_calls", 1
-MAX_RECORD_BYTES = 1 << 31  # uncompressed: a record is read whole, so a crafted gzip cannot fill the memory
+MAX_RECORD_BYTES = 1 << 30  # uncompressed: a record is read whole, so a crafted gzip cannot fill the memory
 
 _ASKER: ContextVar[tuple[str | None, str | None]] = ContextVar("hyperprove_asker", default=(None, None))
 

@@ -80,6 +80,8 @@ def test_malformed_output_is_retried_once_then_falls_back_to_sentences(tmp_path)
     assert ex.fallback_titles == ["Leah Adler"]
     leah_calls = [h for h in ex.lm.history if "Leah Adler was a restaurateur." in h["messages"][-1]["content"]]
     assert len(leah_calls) == 2 and leah_calls[1]["kwargs"]["rollout_id"] == 1
+    # the retry is sampled warmer with its own seed, so that it draws the same sample when asked again
+    assert (leah_calls[1]["kwargs"]["temperature"], leah_calls[1]["kwargs"]["seed"]) == (0.3, 1) and "seed" not in leah_calls[0]["kwargs"]
     # a fallback is not cached: the next build asks the LM again
     again = extractor(tmp_path, GOOD)
     again.extract(PASSAGES)
