@@ -85,6 +85,8 @@ def read_recorded(folder: Path, label: str) -> dict:
     for key, kind in (("config", dict), ("systems", dict), ("data_sha256", dict)):
         if not isinstance(results.get(key), kind):
             raise HyperProveError(f"{label}: its results.json has no {key!r} object (not written by `hyperprove evaluate`)")
+    if results.get("lm_calls") is not None and not isinstance(results["lm_calls"], dict):
+        raise HyperProveError(f"{label}: its results.json's 'lm_calls' is not an object")
     recorded["lm_calls"] = folder if results.get("lm_calls") else None
     return recorded
 

@@ -169,6 +169,15 @@ class Record:
     def response(self, key: str):
         return response_from_data(self.calls[key]["response"])
 
+    def reply(self, key: str) -> str | None:
+        """The text the LM replied to one recorded request."""
+        return self.response(key).choices[0].message.content
+
+    def shared_with(self, other: "Record") -> tuple[int, int]:
+        """How many requests both records hold, and of those how many got the same reply."""
+        both = self.calls.keys() & other.calls.keys()
+        return len(both), sum(self.reply(key) == other.reply(key) for key in both)
+
     def unrecorded(self, request: dict, asker: dict) -> UnrecordedCall:
         """The error for a request the record lacks: who asked, and where the nearest recorded
         request departs from it."""

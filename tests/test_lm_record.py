@@ -194,6 +194,10 @@ def test_replay_with_live_asks_only_the_calls_an_option_changes(files, capsys, s
     summary = json.loads((files / "option" / "results.json").read_text())["lm_calls"]
     assert summary["calls"] == 6 and summary["replayed"] == {"from": str(files / "first" / "lm_calls.jsonl.gz"), "calls": 5}
     assert f"the 6 LM calls (5 replayed from {files / 'first' / 'lm_calls.jsonl.gz'}), " in out
+    from experiments.tools.compare import compare
+
+    lines = compare(f"{files / 'option'}:hyperprove", f"{files / 'first'}:hyperprove", ["em"])
+    assert lines[0] == "LM calls: 6 and 6 recorded; 5 requests in both, 5 of them with the same reply"
 
 
 def test_departure_names_the_first_difference():

@@ -14,7 +14,9 @@ replaced put back: the same run without the choices, since the choice is the las
 question. `--first N` keeps the first N questions of the first side's questions file (the
 questions `evaluate --limit N` would answer), to pair a subset of two larger runs. With
 `--costs`, first a table of what each side's LM calls cost a question (from each row's
-`lm_steps`) beside its scores: the before/after table of a cheaper answer path.
+`lm_steps`) beside its scores: the before/after table of a cheaper answer path. Where both runs
+recorded their LM calls, a first line says how many requests they share and how many of those
+got the same reply: two options compared on the same calls share all but the ones an option changes.
 """
 
 from __future__ import annotations
@@ -67,11 +69,24 @@ def paired_rows(first: str, second: str, first_n: int | None = None) -> tuple[li
     return rows, others
 
 
+def shared_calls(first: str, second: str) -> list[str]:
+    """What the two runs' recorded LM calls share (`evaluate --replay RUN --live` makes an option's
+    run share every call the option does not change); nothing when either run has no record."""
+    from pipeline.lm_record import RECORD_FILE, read_record
+
+    folders = [side_folder(side)[0] for side in (first, second)]
+    if not all((folder / RECORD_FILE).is_file() for folder in folders):
+        return []
+    records = [read_record(folder) for folder in folders]
+    both, same = records[0].shared_with(records[1])
+    return [f"LM calls: {len(records[0].calls)} and {len(records[1].calls)} recorded; {both} requests in both, {same} of them with the same reply"]
+
+
 def compare(first: str, second: str, metrics: list[str], first_n: int | None = None) -> list[str]:
     rows, others = paired_rows(first, second, first_n)
     if not rows or [row["id"] for row in rows] != [row["id"] for row in others]:
         raise HyperProveError(f"{first} and {second} did not answer the same questions; a paired difference needs the same ones")
-    lines = []
+    lines = shared_calls(first, second)
     for metric in metrics:
         if metric not in rows[0] or metric not in others[0]:
             raise HyperProveError(f"{metric!r} is not scored in both {first} and {second}")
