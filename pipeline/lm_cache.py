@@ -3,8 +3,9 @@
 DSPy's own disk cache stores pickles, and its restricted unpickler trusts every name under
 `litellm.types.*`; with a dotted name (pickle protocol 4) that reaches any global, so one crafted
 row in a shared cache folder runs code when the row is looked up. Here a row is the request and
-the response as JSON text: a row that does not parse as a chat completion is a miss, and the
-worst a planted row can do is change an answer (which a shared cache can always do).
+the reply as JSON text (a LiteLLM chat completion, or the plain-data record DSPy's native engine
+caches): a row that does not parse as one is a miss, and the worst a planted row can do is change
+an answer (which a shared cache can always do).
 """
 
 from __future__ import annotations
@@ -18,56 +19,74 @@ from pathlib import Path
 from typing import Any, Callable
 
 from dspy.clients.cache import Cache
+from dspy.clients.call_result import CACHE_FORMAT, CallResult
 
 logger = logging.getLogger(__name__)
 
 STORE_FILE = "lm-responses.sqlite3"
-RESPONSE_KIND = "chat.completion"  # the only value stored: a LiteLLM ModelResponse of a chat completion
+# The two kinds of value DSPy's LM cache holds, both stored as plain JSON data:
+CHAT_COMPLETION = "chat.completion"  # DSPy's LiteLLM engine: a LiteLLM ModelResponse
+NATIVE_RESULT = CACHE_FORMAT  # DSPy's native engine (the embedded model, OpenAI-compatible servers): its own plain-data record
 
 
 def response_data(value: Any) -> dict | None:
-    """A chat completion as plain JSON data; None for any other value (kept in memory only)."""
+    """A value DSPy's LM cache holds, as plain JSON data (`{"kind", "response"}`); None for any
+    other value (kept in memory only)."""
     from litellm import ModelResponse
 
-    if type(value) is not ModelResponse:
+    if type(value) is ModelResponse:
+        kind, data = CHAT_COMPLETION, value.model_dump(mode="json")
+    elif isinstance(value, dict) and value.get("_dspy_format") == NATIVE_RESULT:
+        kind, data = NATIVE_RESULT, value
+    else:
         return None
     try:
-        data = value.model_dump(mode="json")
-        json.dumps(data)
-        return data
-    except (TypeError, ValueError):
+        return {"kind": kind, "response": json.loads(json.dumps(data, ensure_ascii=False))}
+    except (TypeError, ValueError, RecursionError):
         return None
+
+
+def response_from_data(row: Any):
+    """The cached value a `response_data` row holds, checked; None when the row is anything else
+    or holds no readable reply."""
+    from litellm import ModelResponse
+
+    if not isinstance(row, dict) or not isinstance(data := row.get("response"), dict):
+        return None
+    try:
+        if row.get("kind") == CHAT_COMPLETION:
+            response = ModelResponse(**data)
+            response.choices[0].message.content  # a completion that cannot be read is no answer
+            return response
+        if row.get("kind") == NATIVE_RESULT and data.get("_dspy_format") == NATIVE_RESULT:
+            CallResult.load(data).outputs[0]  # as DSPy will load it
+            return data
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError):
+        return None
+    return None
+
+
+def reply_text(row: dict) -> str | None:
+    """The text the LM replied, from a `response_data` row that `response_from_data` accepts."""
+    value = response_from_data(row)
+    if row["kind"] == CHAT_COMPLETION:
+        return value.choices[0].message.content
+    output = CallResult.load(value).outputs[0]
+    return output.get("text") if isinstance(output, dict) else output
 
 
 def to_json(value: Any) -> str | None:
-    """A chat completion as the JSON text of a row; None for any other value."""
-    data = response_data(value)
-    return None if data is None else json.dumps({"kind": RESPONSE_KIND, "response": data}, ensure_ascii=False)
-
-
-def response_from_data(data: Any):
-    """The ModelResponse of `response_data`'s output, or None when `data` is anything else."""
-    from litellm import ModelResponse
-
-    if not isinstance(data, dict):
-        return None
-    try:
-        response = ModelResponse(**data)
-        response.choices[0].message.content  # a completion that cannot be read is no answer
-        return response
-    except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError):
-        return None
+    """A cached value as the JSON text of a row; None for any other value."""
+    row = response_data(value)
+    return None if row is None else json.dumps(row, ensure_ascii=False)
 
 
 def from_json(text: str):
-    """The ModelResponse a row holds, or None when the row is anything else."""
+    """The cached value a row holds, or None when the row is anything else."""
     try:
-        row = json.loads(text)
+        return response_from_data(json.loads(text))
     except (ValueError, RecursionError):
         return None
-    if not isinstance(row, dict) or row.get("kind") != RESPONSE_KIND:
-        return None
-    return response_from_data(row.get("response"))
 
 
 class ResponseStore:
@@ -89,7 +108,7 @@ class ResponseStore:
         if row is None:
             return None
         if not isinstance(row[0], str) or (value := from_json(row[0])) is None:
-            logger.warning("LM cache %s: the row of %s is not a chat completion in JSON; ignored", self.path, key[:12])
+            logger.warning("LM cache %s: the row of %s is not an LM reply in JSON; ignored", self.path, key[:12])
             return None
         return value
 
@@ -112,7 +131,7 @@ def request_data(request: dict[str, Any], ignored_args_for_cache_key: list[str] 
     return json.loads(json.dumps(params, ensure_ascii=False, default=str))
 
 
-Listener = Callable[[str, dict, dict], None]  # (cache key, request data, response data) of one LM call
+Listener = Callable[[str, dict, dict], None]  # (cache key, request data, reply as `response_data`) of one LM call
 
 
 class JSONCache(Cache):
@@ -159,7 +178,7 @@ class JSONCache(Cache):
             self.heard(key, request, ignored_args_for_cache_key, value)
 
     def heard(self, key: str, request: dict[str, Any], ignored_args_for_cache_key: list[str] | None, response: Any) -> None:
-        """Tell the listeners of one call (a chat completion; any other value is not recorded)."""
+        """Tell the listeners of one call (a value `response_data` takes; any other is not recorded)."""
         if not self.listeners or (data := response_data(response)) is None:
             return
         params = request_data(request, ignored_args_for_cache_key)

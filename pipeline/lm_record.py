@@ -3,7 +3,8 @@
 Every LM call passes the LM cache (`pipeline.lm_cache.JSONCache`) under DSPy's cache key (the
 request without the API key and endpoint), answered there or by the LM. `CallRecord` hears each
 one and keeps, once per request, the request as sent (model, messages, sampling settings), the
-chat completion, and who asked (system, question id, step). `lm_calls.jsonl.gz` is that record:
+reply (`kind` and `response`, as `pipeline.lm_cache.response_data` gives them), and who asked
+(system, question id, step). `lm_calls.jsonl.gz` is that record:
 gzip'd JSON lines, a header line and then one line per request; results.json names its sha256.
 
 `ReplayCache` answers a rerun from a record. A request the record lacks stops the run
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from modules.errors import HyperProveError, UnrecordedCall
-from pipeline.lm_cache import JSONCache, request_data, response_from_data
+from pipeline.lm_cache import JSONCache, reply_text, request_data, response_from_data
 from pipeline.lm_profile import step_of
 
 RECORD_FILE = "lm_calls.jsonl.gz"
@@ -69,8 +70,9 @@ class CallRecord:
                 kept = self.calls.setdefault(call["key"], {**call, "asked_by": []})
                 kept["asked_by"].extend(a for a in call["asked_by"] if a not in kept["asked_by"])
 
-    def observe(self, key: str, request: dict, response: dict) -> None:
-        self.add([{"key": key, "asked_by": [current_asker()], "request": request, "response": response}])
+    def observe(self, key: str, request: dict, reply: dict) -> None:
+        """One call: its key, its request as data, its reply as `pipeline.lm_cache.response_data` gives it."""
+        self.add([{"key": key, "asked_by": [current_asker()], "request": request, **reply}])
 
     def __len__(self) -> int:
         with self._lock:
@@ -152,8 +154,8 @@ def read_record(source: str | Path) -> "Record":
         except (ValueError, RecursionError):
             raise HyperProveError(f"{path}: line {number} is not JSON") from None
         if not (isinstance(row, dict) and isinstance(row.get("key"), str) and isinstance(row.get("request"), dict)
-                and isinstance(row.get("asked_by"), list) and response_from_data(row.get("response")) is not None):
-            raise HyperProveError(f"{path}: line {number} is not a recorded call (key, request, response, asked_by)")
+                and isinstance(row.get("asked_by"), list) and response_from_data(row) is not None):
+            raise HyperProveError(f"{path}: line {number} is not a recorded call (key, request, kind, response, asked_by)")
         if keyer.cache_key(row["request"]) != row["key"] or row["key"] in calls:
             raise HyperProveError(f"{path}: line {number}: its request does not give its key, or the key is there twice (edited?)")
         calls[row["key"]] = row
@@ -167,11 +169,12 @@ class Record:
         self.path, self.calls = path, calls
 
     def response(self, key: str):
-        return response_from_data(self.calls[key]["response"])
+        """The value DSPy's cache would hold for one recorded request."""
+        return response_from_data(self.calls[key])
 
     def reply(self, key: str) -> str | None:
         """The text the LM replied to one recorded request."""
-        return self.response(key).choices[0].message.content
+        return reply_text(self.calls[key])
 
     def shared_with(self, other: "Record") -> tuple[int, int]:
         """How many requests both records hold, and of those how many got the same reply."""

@@ -1,14 +1,20 @@
 """Recorded LM calls: every LM run writes them, `reproduce` replays them without the LM, and a
 tampered record or a request it lacks stops with one line.
 
-The LM here is a real `dspy.LM` on DSPy's LiteLLM engine with `litellm.completion` answering
-from a script: its calls pass the LM cache as a real run's do, with the same chat completions
-(DSPy's DummyLM bypasses the cache), and the script counts the calls that reached "the LM"."""
+The LM here is a real `dspy.LM` talking to a scripted OpenAI-compatible endpoint on a loopback
+port, on each of DSPy's two engines: its native one (what the embedded model and any
+OpenAI-compatible server get; it caches DSPy's own plain-data record of a call) and LiteLLM (what
+a request with provider-specific settings such as `--deterministic` gets; it caches LiteLLM's chat
+completion). Its calls pass the LM cache as a real run's do (DSPy's DummyLM bypasses the cache),
+and the endpoint counts the calls that reached "the LM".
+"""
 
 import gzip
 import hashlib
 import json
 import shutil
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import dspy
 import pytest
@@ -26,21 +32,36 @@ def reply(fields: dict) -> str:
     return "\n\n".join([*parts, "[[ ## completed ## ]]"])
 
 
-class ScriptedCompletion:
-    """`litellm.completion` answering from a script (prompt substring -> output fields), as
-    DSPy's DummyLM does, and counting the requests that reached it."""
+class ScriptedEndpoint:
+    """An OpenAI-compatible /v1/chat/completions answering from a script (prompt substring ->
+    output fields, as DSPy's DummyLM takes them); `requests` holds the messages that reached it."""
 
     def __init__(self, script: dict):
         self.script, self.requests = script, []
+        endpoint = self
 
-    def __call__(self, model, messages, **kwargs):
-        from litellm import ModelResponse
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                endpoint.requests.append(body["messages"])
+                text = "\n".join(str(m.get("content")) for m in body["messages"])
+                fields = next((fields for needle, fields in endpoint.script.items() if needle in text), {})
+                payload = json.dumps({"id": "scripted", "object": "chat.completion", "created": 0, "model": body["model"],
+                                      "choices": [{"index": 0, "finish_reason": "stop",
+                                                   "message": {"role": "assistant", "content": reply(fields)}}],
+                                      "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
 
-        self.requests.append(messages)
-        text = "\n".join(str(m.get("content")) for m in messages)
-        fields = next((fields for needle, fields in self.script.items() if needle in text), {})
-        return ModelResponse(model=model, choices=[{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": reply(fields)}}],
-                             usage={"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15})
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.address = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
 
 
 @pytest.fixture
@@ -50,21 +71,19 @@ def files(tmp_path):
     return tmp_path
 
 
-@pytest.fixture
-def scripted(monkeypatch):
-    """The scripted LM: `scripted.completion` counts what reached it; `scripted.runtime` makes a
-    command's runtime with a `dspy.LM` that goes through it."""
-    import litellm
-
-    completion = ScriptedCompletion(two_hop_script(final_answer="2017"))
-    monkeypatch.setattr(litellm, "completion", completion)
+@pytest.fixture(params=["auto", "litellm"])
+def scripted(request):
+    """The scripted LM on one of DSPy's engines: `scripted.completion.requests` counts what reached
+    it; `scripted.runtime` makes a command's runtime with a `dspy.LM` that talks to it."""
+    endpoint = ScriptedEndpoint(two_hop_script(final_answer="2017"))
 
     def runtime(config):
-        lm = dspy.LM("openai/scripted", api_base="http://127.0.0.1:9/v1", api_key="none", num_retries=0, temperature=0.0, max_tokens=400,
-                    engine="litellm")
+        lm = dspy.LM("openai/scripted", api_base=endpoint.address, api_key="none", num_retries=0, temperature=0.0, max_tokens=400,
+                     engine=request.param)
         return Runtime(config, lm=lm, embedder=HashEmbedder())
 
-    return type("Scripted", (), {"completion": completion, "runtime": staticmethod(runtime)})
+    yield type("Scripted", (), {"completion": endpoint, "runtime": staticmethod(runtime), "engine": request.param})
+    endpoint.server.shutdown()
 
 
 def evaluate(capsys, files, scripted, out, *extra):
@@ -102,8 +121,9 @@ def test_an_lm_run_records_each_call_once_with_who_asked(files, capsys, scripted
         ("hyperprove", "q1", "Decomposer"), ("hyperprove", "q1", "HopAnswerer"), ("hyperprove", "q1", "BridgeRewriter"),
         ("hyperprove", "q1", "HopAnswerer"), ("hyperprove", "q1", "AnswerGenerator"), ("dense", "q1", "AnswerGenerator")]
     assert calls[0]["request"]["model"] == "openai/scripted" and calls[0]["request"]["temperature"] == 0.0
+    assert {call["kind"] for call in calls} == {"dspy-lm15-result-v1" if scripted.engine == "auto" else "chat.completion"}
     assert "api_key" not in calls[0]["request"] and "api_base" not in calls[0]["request"]
-    assert calls[1]["response"]["choices"][0]["message"]["content"] == reply({"answer": "Steven Spielberg", "supporting": [1]})
+    assert read_record(files / "first" / "lm_calls.jsonl.gz").reply(calls[1]["key"]) == reply({"answer": "Steven Spielberg", "supporting": [1]})
     data = (files / "first" / "lm_calls.jsonl.gz").read_bytes()
     assert results["lm_calls"] == {"file": "lm_calls.jsonl.gz", "calls": 6, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
@@ -138,9 +158,8 @@ def test_a_tampered_record_is_caught_in_one_line(files, capsys, scripted, monkey
     final = next(i for i, c in enumerate(calls) if c["asked_by"][0] == {"system": "hyperprove", "question": "q1", "step": "AnswerGenerator"})
 
     # A changed response, results.json left alone: the checksum differs.
-    changed = json.loads(json.dumps(calls))
-    message = changed[final]["response"]["choices"][0]["message"]
-    message["content"] = message["content"].replace("2017", "1999")
+    changed = json.loads(json.dumps(calls).replace("\\n2017\\n", "\\n1999\\n"))  # the final reply's answer field
+    assert changed[final] != calls[final] and changed[:final] == calls[:final]
     rewrite(record, [header, *changed])
     code, _, err = run(capsys, "reproduce", files / "first", "--no-track", runtime=scripted.runtime)
     assert code == 2 and one_line(err) == f"{record}: differs from the record its results.json names (sha256 mismatch): edited or damaged; not replaying"
@@ -213,21 +232,21 @@ def test_a_record_file_is_the_same_bytes_for_the_same_calls_and_reads_back(tmp_p
 
     from pipeline.lm_cache import response_data
 
-    response = response_data(ModelResponse(model="m", choices=[{"index": 0, "message": {"role": "assistant", "content": "x"}}]))
+    reply_row = response_data(ModelResponse(model="m", choices=[{"index": 0, "message": {"role": "assistant", "content": "x"}}]))
     from dspy.clients.cache import Cache
 
     request = {"model": "m", "messages": [{"role": "user", "content": "q"}], "_fn_identifier": "f"}
     key = Cache(enable_disk_cache=False, enable_memory_cache=False, disk_cache_dir=None).cache_key(request)
     one, two = CallRecord(), CallRecord()
     for record in (one, two):
-        record.add([{"key": key, "asked_by": [{"system": "s", "question": "q1", "step": "Decomposer"}], "request": request, "response": response}])
-        record.add([{"key": key, "asked_by": [{"system": "t", "question": "q1", "step": "Decomposer"}], "request": request, "response": response}])
+        record.add([{"key": key, "asked_by": [{"system": "s", "question": "q1", "step": "Decomposer"}], "request": request, **reply_row}])
+        record.add([{"key": key, "asked_by": [{"system": "t", "question": "q1", "step": "Decomposer"}], "request": request, **reply_row}])
     assert one.to_bytes() == two.to_bytes() and len(one) == 1
     summary = one.write(tmp_path / "lm_calls.jsonl.gz")
     assert summary["calls"] == 1 and summary["sha256"] == hashlib.sha256((tmp_path / "lm_calls.jsonl.gz").read_bytes()).hexdigest()
     loaded = read_record(tmp_path / "lm_calls.jsonl.gz")
     assert [a["system"] for a in loaded.calls[key]["asked_by"]] == ["s", "t"]
-    assert loaded.response(key).choices[0].message.content == "x"
+    assert loaded.reply(key) == "x"
     (tmp_path / "bad.jsonl.gz").write_bytes(b"not gzip")
     with pytest.raises(Exception, match="not a gzip'd JSON lines record of LM calls"):
         read_record(tmp_path / "bad.jsonl.gz")
