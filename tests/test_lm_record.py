@@ -320,3 +320,24 @@ def test_a_tracked_run_logs_its_calls_and_reproduces_by_its_id(files, capsys, sc
     result = json.loads(out.strip().splitlines()[-1])
     assert result["identical"] is True and result["lm_calls"] == {"recorded": 6, "asked_again": 6, "new": 0}
     assert len(scripted.completion.requests) == 6
+
+
+def test_replay_names_what_is_wrong_with_the_record_it_is_given(files, capsys, scripted):
+    code, _, _ = run(capsys, "evaluate", "--questions", files / "questions.json", "--corpus", files / "corpus.json", "--retriever", "dense",
+                     "--embedder", "test-hash", "--cache-dir", files / "cache", "--out", files / "gold", "--no-track")
+    assert code == 0 and not (files / "gold" / "lm_calls.jsonl.gz").exists()
+    code, _, err = evaluate(capsys, files, scripted, files / "again", "--replay", files / "gold")
+    assert code == 2 and one_line(err) == (f"{files / 'gold'}/results.json: names no recorded LM calls "
+                                           "(an evaluation without the LM, or made before runs recorded their calls)")
+    code, _, err = evaluate(capsys, files, scripted, files / "again", "--replay", files / "nowhere.jsonl.gz")
+    assert code == 2 and one_line(err) == f"{files / 'nowhere.jsonl.gz'}: no recorded LM calls here"
+    # an LM object that bypasses DSPy's cache (DummyLM does) can neither record nor replay
+    code, _, _ = evaluate(capsys, files, scripted, files / "first")
+    assert code == 0
+    from dspy.utils import DummyLM
+
+    code, _, err = run(capsys, "evaluate", "--questions", files / "questions.json", "--corpus", files / "corpus.json",
+                       "--retriever", "hyperprove", "--decomposition", "lm", "--embedder", "test-hash", "--cache-dir", files / "cache",
+                       "--out", files / "dummy", "--no-track", "--replay", files / "first",
+                       runtime=lambda config: Runtime(config, lm=DummyLM({}), embedder=HashEmbedder()))
+    assert code == 2 and one_line(err) == f"--replay {files / 'first'}: the LM given (dummy) does not use DSPy's cache, so its calls cannot be replayed"
