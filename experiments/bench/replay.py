@@ -49,7 +49,10 @@ def tampered(folder: Path, scratch: Path, change: str) -> Path:
     header, first, *rest = gzip.decompress((copy / RECORD_FILE).read_bytes()).decode().splitlines()
     if change == "reply":
         call = json.loads(first)
-        call["response"]["choices"][0]["message"]["content"] += " (edited)"
+        if call["kind"] == "chat.completion":
+            call["response"]["choices"][0]["message"]["content"] += " (edited)"
+        else:  # DSPy's native record: the reply's text is its first output
+            call["response"]["outputs"][0] += " (edited)"
         lines = [header, json.dumps(call), *rest]
     else:
         lines = [json.dumps({**json.loads(header), "calls": len(rest)}), *rest]
@@ -82,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         for change in ("reply", "removed"):
             copy = tampered(folders[0], Path(scratch), change)
             done, seconds = reproduce(copy, Path(scratch) / f"{copy.name}-out")
-            print(f"{folders[0].name} with its first call's {'reply changed' if change == 'reply' else 'removed'}: exit {done.returncode} "
+            print(f"{folders[0].name} with {'its first reply changed' if change == 'reply' else 'its first call removed'}: exit {done.returncode} "
                   f"after {seconds:.0f} s: {last_line(done.stderr).replace(str(scratch), 'COPY')}", flush=True)
     return 0
 
