@@ -49,12 +49,12 @@ def response_data(value: Any) -> dict | None:
 def response_from_data(row: Any):
     """The cached value a `response_data` row holds, checked; None when the row is anything else
     or holds no readable reply."""
-    from litellm import ModelResponse
-
     if not isinstance(row, dict) or not isinstance(data := row.get("response"), dict):
         return None
     try:
         if row.get("kind") == CHAT_COMPLETION:
+            from litellm import ModelResponse  # imported only here: importing LiteLLM costs seconds
+
             response = ModelResponse(**data)
             response.choices[0].message.content  # a completion that cannot be read is no answer
             return response
