@@ -157,7 +157,7 @@ def _add_config_flags(parser: argparse.ArgumentParser, retriever: bool = True, e
     config_flag(parser, "--lm-threads", "lm.threads", "concurrent LM requests", shown="1 for the local model, 8 for an API model")
     config_flag(parser, "--deterministic", "lm.deterministic",
                 "local model: every request computes its whole prompt (no prompt cache), so the same prompt gets the same "
-                "answer; about four times the seconds a call")
+                "answer (retries are seeded); about three times the seconds a question")
     config_flag(parser, "--replay", "lm.replay",
                 "answer the LM calls from a results folder's recorded calls (lm_calls.jsonl.gz); a call not there stops the run",
                 shown="none")

@@ -51,7 +51,7 @@ class LMConfig:
     local_cpu_threads: int = Field(0, ge=0, le=256)  # local model: compute threads (0: all cores)
     adapter: Adapter | None = None  # one of ADAPTERS; None: the model's default (`layout`)
     # Local model: every request computes its whole prompt (the server's prompt cache off), so the
-    # same prompt gets the same answer; about four times the seconds a call (experiments/FINDINGS.md).
+    # same prompt gets the same answer; about three times the seconds a question (experiments/FINDINGS.md).
     deterministic: bool = False
     # A results folder (or its lm_calls.jsonl.gz) whose recorded calls answer this run's LM requests
     # (`pipeline.lm_record`); a request not in it stops the run, unless `live` sends it to the LM.
