@@ -183,7 +183,8 @@ def record_evaluation(config: HyperProveConfig, results: dict, out: Path, header
     files first. `header` (from `results_header`) carries the git state taken when the run started;
     with `pages` (the questions and the passage titles), systems that answered get an
     evidence-chain page per question in `pages/`; with `record` (`pipeline.lm_record.CallRecord`)
-    the run's LM calls are `lm_calls.jsonl.gz`, their sha256 in results.json."""
+    the run's LM calls are `lm_calls.jsonl.gz`, their sha256 in results.json, and the returned
+    `lm_calls` says how many there were and how many a replayed record answered."""
     from experiments.failures import write_pages
     from experiments.harness import results_table, write_results
     from pipeline.files import atomic_directory, atomic_write_bytes, atomic_write_json, read_json
@@ -193,7 +194,6 @@ def record_evaluation(config: HyperProveConfig, results: dict, out: Path, header
     outcome = {"retrievers": {n: r.summary for n, r in results.items()}, "out": str(out), "mlflow_run": None}
     with atomic_directory(out) as scratch:
         paths = write_results(scratch, header, results, record)
-        calls = read_json(paths["results"], "results").get("lm_calls")
         if index_manifest is not None:
             paths["index_manifest"] = scratch / "index_manifest.json"
             atomic_write_json(paths["index_manifest"], index_manifest)
@@ -208,8 +208,9 @@ def record_evaluation(config: HyperProveConfig, results: dict, out: Path, header
                 atomic_write_json(paths["results"], {**read_json(paths["results"], "results"), "mlflow_run": outcome["mlflow_run"]})
     log(results_table([r.summary for r in results.values()]).rstrip())
     recorded = ""
-    if calls:
-        replayed = calls.get("replayed")
-        recorded = f"the {calls['calls']} LM calls" + (f" ({replayed['calls']} replayed from {replayed['from']})" if replayed else "") + ", "
+    if record is not None:
+        outcome["lm_calls"] = {"calls": len(record), "replayed": record.replayed()}
+        replayed = outcome["lm_calls"]["replayed"]
+        recorded = f"the {len(record)} LM calls" + (f" ({replayed['calls']} replayed from {replayed['from']})" if replayed else "") + ", "
     log(f"results, predictions, {'evidence-chain pages (pages/index.html), ' if 'pages' in paths else ''}{recorded}the index manifest in {out}/")
     return outcome

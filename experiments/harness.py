@@ -309,10 +309,8 @@ def write_results(directory: str | Path, header: dict, results: dict[str, System
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    paths_extra = {}
     if record is not None:
         header = {**header, "lm_calls": record.write(directory / RECORD_FILE)}
-        paths_extra["lm_calls"] = directory / RECORD_FILE
     summaries = [r.summary for r in results.values()]
     title = f"# {header.get('name', 'evaluation')}\n\n{header.get('description', '')}\n\n".replace("\n\n\n", "\n\n")
     paths = {"table": directory / "results.md", "results": directory / "results.json", "predictions": directory / "predictions.json"}
@@ -320,7 +318,9 @@ def write_results(directory: str | Path, header: dict, results: dict[str, System
                                               + lm_steps_tables(summaries)).encode())
     atomic_write_json(paths["results"], {**header, "systems": {r.name: r.summary for r in results.values()}})
     atomic_write_json(paths["predictions"], {r.name: r.rows for r in results.values()})
-    return {**paths, **paths_extra}
+    if record is not None:
+        paths["lm_calls"] = directory / RECORD_FILE
+    return paths
 
 
 def timestamp() -> str:

@@ -219,9 +219,9 @@ def reproduce(source: str, tracking: TrackingConfig, out: str | None = None, cac
                                  track=evaluation_tracker(config, log) if config.tracking.enabled else None)
     replay = None
     if recorded["lm_calls"] is not None:  # did the rerun ask exactly what the run asked?
-        now = json.loads((Path(outcome["out"]) / "results.json").read_text(encoding="utf-8")).get("lm_calls") or {}
-        replay = {"recorded": results["lm_calls"].get("calls"), "asked_again": (now.get("replayed") or {}).get("calls", 0)}
-        replay["new"] = now.get("calls", 0) - replay["asked_again"]
+        now = outcome.get("lm_calls") or {"calls": 0, "replayed": None}
+        replay = {"recorded": results["lm_calls"].get("calls"), "asked_again": (now["replayed"] or {}).get("calls", 0)}
+        replay["new"] = now["calls"] - replay["asked_again"]
         log(f"LM calls: {replay['asked_again']} of the {replay['recorded']} recorded asked again, {replay['new']} new")
     deltas = metric_deltas(results["systems"], outcome["retrievers"])
     for system, values in deltas.items():

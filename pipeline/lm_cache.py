@@ -75,12 +75,6 @@ def reply_text(row: dict) -> str | None:
     return output.get("text") if isinstance(output, dict) else output
 
 
-def to_json(value: Any) -> str | None:
-    """A cached value as the JSON text of a row; None for any other value."""
-    row = response_data(value)
-    return None if row is None else json.dumps(row, ensure_ascii=False)
-
-
 def from_json(text: str):
     """The cached value a row holds, or None when the row is anything else."""
     try:
@@ -160,27 +154,28 @@ class JSONCache(Cache):
                 return None
             with self._lock:
                 self.memory_cache[key] = response
-        self.heard(key, request, ignored_args_for_cache_key, response)
+        if self.listeners:
+            self.tell(key, request_data(request, ignored_args_for_cache_key), response_data(response))
         return self._prepare_cached_response(response)
 
     def put(self, request: dict[str, Any], value: Any, ignored_args_for_cache_key: list[str] | None = None,
             enable_memory_cache: bool = True) -> None:
         super().put(request, value, ignored_args_for_cache_key, enable_memory_cache)
-        response = to_json(value)
-        if response is None:
+        reply = response_data(value)
+        if reply is None:
             return
         try:
             key = self.cache_key(request, ignored_args_for_cache_key)
-            self.store.put(key, json.dumps(request_data(request, ignored_args_for_cache_key), ensure_ascii=False), response)
+            params = request_data(request, ignored_args_for_cache_key)
+            self.store.put(key, json.dumps(params, ensure_ascii=False), json.dumps(reply, ensure_ascii=False))
         except Exception as error:  # as DSPy's disk tier: a value that cannot be stored is only not cached
             logger.debug("LM cache: not stored (%s)", error)
         else:
-            self.heard(key, request, ignored_args_for_cache_key, value)
+            self.tell(key, params, reply)
 
-    def heard(self, key: str, request: dict[str, Any], ignored_args_for_cache_key: list[str] | None, response: Any) -> None:
-        """Tell the listeners of one call (a value `response_data` takes; any other is not recorded)."""
-        if not self.listeners or (data := response_data(response)) is None:
-            return
-        params = request_data(request, ignored_args_for_cache_key)
-        for listener in self.listeners:
-            listener(key, params, data)
+    def tell(self, key: str, params: dict, reply: dict | None) -> None:
+        """Tell the listeners of one call: its key, its request and its reply as plain data (a
+        reply `response_data` cannot take, None, is not told)."""
+        if reply is not None:
+            for listener in self.listeners:
+                listener(key, params, reply)

@@ -96,11 +96,18 @@ class CallRecord:
         data = self.to_bytes()
         atomic_write_bytes(Path(path), data)
         summary = {"file": Path(path).name, "calls": len(self), "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-        if self.replaying is not None:
-            with self._lock:
-                shared = sum(key in self.replaying.calls for key in self.calls)
-            summary["replayed"] = {"from": str(self.replaying.path), "calls": shared}
+        if (replayed := self.replayed()) is not None:
+            summary["replayed"] = replayed
         return summary
+
+    def replayed(self) -> dict | None:
+        """How many of these calls the replayed record answered, and which record that is (None
+        when the run replays none)."""
+        if self.replaying is None:
+            return None
+        with self._lock:
+            shared = sum(key in self.replaying.calls for key in self.calls)
+        return {"from": str(self.replaying.path), "calls": shared}
 
 
 # --- reading a record ----------------------------------------------------------------------------
@@ -248,9 +255,9 @@ class ReplayCache(JSONCache):
         except Exception:
             key = None
         if key in self.record.calls:
-            response = self.record.response(key)
-            self.heard(key, request, ignored_args_for_cache_key, response)
-            return self._prepare_cached_response(response)
+            call = self.record.calls[key]
+            self.tell(key, call["request"], {"kind": call["kind"], "response": call["response"]})
+            return self._prepare_cached_response(self.record.response(key))
         if self.live:
             return super().get(request, ignored_args_for_cache_key)
         raise self.record.unrecorded(request_data(request, ignored_args_for_cache_key), current_asker())
