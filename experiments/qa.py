@@ -105,6 +105,10 @@ def evaluate_program(
                 row.update(answer=prediction.answer, passages=list(prediction.passages)[: max(ks)],
                            chain=prediction.chain, fallbacks=prediction.fallbacks,
                            retrieval_seconds=round(float(prediction.get("retrieval_seconds", 0.0)), 6))
+                if prediction.get("by_rule"):
+                    row["by_rule"] = prediction.by_rule
+                if prediction.get("planned_by_rule"):
+                    row["planned_by_rule"] = True
             except Exception as error:  # noqa: BLE001 - one question must not stop the batch
                 row.update(answer="", passages=[], chain=[], fallbacks=[], error=f"{type(error).__name__}: {error}")
             golds = [question.answer, *question.answer_aliases]
@@ -133,4 +137,8 @@ def evaluate_program(
     summary["retrieval_ms_per_question"] = round(1000 * float(np.mean(timed)), 2) if timed else None
     summary["errors"] = sum("error" in r for r in rows)
     summary["questions_with_fallbacks"] = sum(bool(r["fallbacks"]) for r in rows)
+    if any("by_rule" in r for r in rows):
+        summary["answered_by_rule"] = sum("by_rule" in r for r in rows)
+    if any("planned_by_rule" in r for r in rows):
+        summary["planned_by_rule"] = sum("planned_by_rule" in r for r in rows)
     return summary, rows

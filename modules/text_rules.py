@@ -230,10 +230,11 @@ _CHOOSING = frozenset("which who whose is are was were do does did has have had"
 _MOST_OPTION_WORDS = 16  # 2Wiki has film titles of 14 words
 
 
-def question_options(question: str) -> list[str]:
+def question_options(question: str, whole_names: bool = False) -> list[str]:
     """The answers a question names as its options, else []: "Which film came out first, Jaws or
     Duel?" and "Who played in Soulfly, Max Cavalera or Billy Idol?" (after the last comma or colon,
-    in a question opening with which/who/is/... or comparing); in a comparing question also "Is
+    or with `whole_names` the first, so that "Love, Honor And Oh-Baby!" stays one name; in a
+    question opening with which/who/is/... or comparing); in a comparing question also "Is
     Muskegon County Airport or John Wayne Airport further west?" (two named spans around "or") and
     "Who was born first out of A and B?".
     A title with "or" in it ("Who directed Dead or Alive?") is no choice."""
@@ -241,7 +242,7 @@ def question_options(question: str) -> list[str]:
     comparing = bool(lower_words(text) & _COMPARING)
     between = re.search(r"\b(?:out of|between) (.+) and (.+)$", text)
     head, joined, right = text.rpartition(" or ")
-    clause = re.split(r"[,:;]", head)[-1]
+    clause = re.split(r"[,:;]", head, maxsplit=1 if whole_names else 0)[-1]
     if comparing and between and not joined:  # "Who was born first out of A and B?"
         options = list(between.groups())
     elif not joined:

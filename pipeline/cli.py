@@ -198,6 +198,15 @@ def _add_program_flags(parser: argparse.ArgumentParser) -> None:
                 "a final answer that is none of the options the question names (\"..., A or B?\") is asked for again as a choice")
     config_flag(parser, "--fold-identities", "program.fold_identities",
                 "drop sub-questions that only ask who a named thing is (\"Who is X?\"), writing X where later ones refer to them")
+    config_flag(parser, "--compare-by-rule", "program.compare_by_rule",
+                "answer comparison and same-country questions from the hop answers by rule (dates, numbers, countries), "
+                "the final reader only when a value does not parse")
+    config_flag(parser, "--comparison-plans", "program.comparison_plans",
+                "comparison and same-country questions of a shape a rule reads get their sub-questions by rule "
+                "(per compared thing, through its director etc., the date or country compared), without the decomposer")
+    config_flag(parser, "--last-hop-answers", "program.last_hop_answers",
+                "a chain whose last hop asks for the kind of answer the question asks (date, number, name) and whose facts "
+                "hold it ends with that answer, without the final reader")
     config_flag(parser, "--bridge-rewrite", "program.bridge_rewrite",
                 "how a sub-question's #k become earlier answers: " + "; ".join(f"{k}: {v}" for k, v in BRIDGE_REWRITES.items()))
 

@@ -118,12 +118,16 @@ class ProgramConfig:
     bridge_rewrite: typing.Literal[tuple(BRIDGE_REWRITES)] = "rule"  # one of BRIDGE_REWRITES: how a sub-question's "#k" become the resolved answers (step 5)
     choose_options: bool = True  # a final answer that is none of the options a question names is asked for again as a choice (every reader)
     fold_identities: bool = False  # sub-questions that only ask who a named thing is ("Who is X?") are dropped, X written where they were referred to
+    compare_by_rule: bool = False  # comparison and same-country questions answered from the hop answers by rule (`modules.question_types`), the reader only when a value does not parse
+    comparison_plans: bool = False  # comparison and same-country questions of a shape a rule reads get their sub-questions by rule, without the decomposer
+    last_hop_answers: bool = False  # a chain whose last hop asks for the kind of answer the question asks (and holds it) ends with that answer, without the final reader
 
     # What a recorded config without these fields ran with (records made before they existed), so
     # that reproducing an old run reruns the old program whatever today's defaults are.
     RECORDED_WITHOUT = {"entity_retries": 0, "grounded_hops": False, "question_channel": False, "reader_evidence": "facts",
                         "comparison_demos": False, "bridge_rewrite": "lm", "grounded_in": "cited",
-                        "choose_options": False, "fold_identities": False}
+                        "choose_options": False, "fold_identities": False, "compare_by_rule": False,
+                        "comparison_plans": False, "last_hop_answers": False}
 
 
 @config_section("index")

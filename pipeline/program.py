@@ -23,6 +23,17 @@ What the program decides where METHOD.md is silent:
   the identity hop's facts also seed the next hop, and on train folding lost as much as it won.
 - Bridges by rule (`bridge_rewrite="rule"`): "#k" is replaced by the answer, without the LM
   call of step 5; on train the LM's rewrite mostly equalled the plain substitution (FINDINGS).
+- Comparison plans (`comparison_plans`): a comparison or same-country question of a shape the
+  rules read ("Which film has the director born first, X or Y?") gets its sub-questions by rule
+  (`comparison_plan`: per compared thing its director, then the date or country compared), with
+  no decomposer call; any other question is decomposed by the LM.
+- Comparisons by rule (`compare_by_rule`): a question that orders two named options by a date,
+  a number or the years lived ("Which film came out first, X or Y?"), or asks whether two things
+  are from the same country, is answered from the hop answers (`modules.question_types`) without
+  the final reader; when a value does not parse, the reader answers and the reason is recorded.
+- The last hop's answer (`last_hop_answers`): a chain of two or more hops whose last hop asks for
+  the kind of answer the question asks (a date, a number, a name) and found it in its facts ends
+  with that answer, without the final reader.
 - Passages for Recall@k: each hop's ranked passages, interleaved rank by rank; with
   `question_channel`, the ranking for the whole question (no frontier) leads the interleaving,
   so a hop that went astray still leaves the passages the question itself points to.
@@ -42,6 +53,7 @@ import dspy
 from dspy.utils.exceptions import AdapterParseError
 
 from modules.errors import HyperProveError
+from modules.question_types import Decision, comparison_plan, last_hop_answer, rule_answer
 from modules.references import fill_references
 from modules.retriever import HypergraphRetriever, interleave_passages
 from modules.steps import (
@@ -77,18 +89,8 @@ class HyperProve(dspy.Module):
         if self.retriever is None:
             raise HyperProveError("this HyperProve program has no retriever: it was built to compile or save its LM steps")
         config, fallbacks = self.config, []
-        try:
-            decomposition = self.decompose(question=question, max_hops=config.max_hops, entity_retries=config.entity_retries)
-            sub_questions = decomposition.sub_questions
-            if decomposition.problems:
-                fallbacks.append(f"decompose: kept one that {', '.join(decomposition.problems)} after {decomposition.attempts} tries")
-            if config.fold_identities:
-                sub_questions, dropped = fold_identities(question, sub_questions)
-                if dropped:
-                    fallbacks.append(f"decompose: identity steps folded into the steps that refer to them: {', '.join(map(repr, dropped))}")
-        except LM_FAILURES as error:
-            sub_questions = [question]
-            fallbacks.append(f"decompose: {error}")
+        planned = comparison_plan(question) if config.comparison_plans else None
+        sub_questions = planned or self.sub_questions(question, fallbacks)
 
         frontier: list[int] = []
         answers: list[str] = []
@@ -137,22 +139,56 @@ class HyperProve(dspy.Module):
             })
 
         passages = interleave_passages(hop_passages)
-        try:
-            reading = self.generate(question=question, evidence=self.reader_evidence(chain, frontier, passages), choose=config.choose_options)
-            final = reading.answer
-            if reading.replaced is not None:
-                fallbacks.append(chosen_note(reading))
-        except LM_FAILURES as error:
-            final = answers[-1]
-            fallbacks.append(f"final answer: {error}")
+        decision = self.answer_by_rule(question, chain, fallbacks)
+        if decision is not None:
+            final = decision.answer
+        else:
+            try:
+                reading = self.generate(question=question, evidence=self.reader_evidence(chain, frontier, passages), choose=config.choose_options)
+                final = reading.answer
+                if reading.replaced is not None:
+                    fallbacks.append(chosen_note(reading))
+            except LM_FAILURES as error:
+                final = answers[-1]
+                fallbacks.append(f"final answer: {error}")
         return dspy.Prediction(
             answer=final,
             chain=chain,
             frontier=frontier,
             passages=passages,
             fallbacks=fallbacks,
+            by_rule=decision.how if decision is not None else None,
+            planned_by_rule=bool(planned),
             retrieval_seconds=retrieval_seconds,
         )
+
+    def sub_questions(self, question: str, fallbacks: list[str]) -> list[str]:
+        """Step 4 by the LM, checked; one hop on the question itself when it fails."""
+        config = self.config
+        try:
+            decomposition = self.decompose(question=question, max_hops=config.max_hops, entity_retries=config.entity_retries)
+        except LM_FAILURES as error:
+            fallbacks.append(f"decompose: {error}")
+            return [question]
+        sub_questions = decomposition.sub_questions
+        if decomposition.problems:
+            fallbacks.append(f"decompose: kept one that {', '.join(decomposition.problems)} after {decomposition.attempts} tries")
+        if config.fold_identities:
+            sub_questions, dropped = fold_identities(question, sub_questions)
+            if dropped:
+                fallbacks.append(f"decompose: identity steps folded into the steps that refer to them: {', '.join(map(repr, dropped))}")
+        return sub_questions
+
+    def answer_by_rule(self, question: str, chain: list[dict], fallbacks: list[str]) -> Decision | None:
+        """The final answer a rule gives (`compare_by_rule`, `last_hop_answers`), else None: the
+        reader answers. A comparison the rule cannot decide is noted in `fallbacks`."""
+        if self.config.compare_by_rule:
+            decision = rule_answer(question, chain)
+            if decision is not None and decision.answer is not None:
+                return decision
+            if decision is not None:
+                fallbacks.append(f"compare: {decision.how}; the reader answers")
+        return last_hop_answer(question, chain) if self.config.last_hop_answers else None
 
     def reader_evidence(self, chain: list[dict], frontier: list[int], passages: list[int]) -> list[str]:
         """What the final reader sees (`ProgramConfig.reader_evidence`)."""
@@ -281,13 +317,16 @@ def format_chain(prediction: dspy.Prediction) -> list[str]:
             mark = "*" if fact["id"] in hop["supporting"] else " "
             lines.append(f"   {mark}[{fact['score']:.3f}] ({fact['title']}) {fact['text']}")
         lines.append(f"    -> {hop['answer']}")
+    if prediction.get("by_rule"):
+        lines.append(f"  answered by rule: {prediction.by_rule}")
     for note in prediction.fallbacks:
         lines.append(f"  fallback: {note}")
     return lines
 
 
 def answer_record(question: str, prediction: dspy.Prediction) -> dict:
-    return {"question": question, "answer": prediction.answer, "chain": prediction.chain, "fallbacks": prediction.fallbacks}
+    return {"question": question, "answer": prediction.answer, "chain": prediction.chain, "fallbacks": prediction.fallbacks,
+            **({"by_rule": prediction.by_rule} if prediction.get("by_rule") else {})}
 
 
 def ask(config, index_directory: str, question: str, runtime=None, log=print, profile: bool = False, html: str | None = None) -> dict:

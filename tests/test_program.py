@@ -306,3 +306,55 @@ def test_a_peer_reader_makes_the_same_choice():
     assert prediction.answer == "Leah Adler" and prediction.passages == [2, 1, 0]
     assert prediction.fallbacks == ["final answer: '2017' is none of the question's options; the reader chose 'Leah Adler'"]
     assert "(Leah Adler) Leah Adler was an American restaurateur." in lm.history[-1]["messages"][-1]["content"]
+
+
+def comparison_run(retriever, second_death: str) -> tuple[dspy.Prediction, DummyLM]:
+    subs = ["When did Leah Adler die?", "When did Steven Spielberg die?"]
+    answers = {**script(), DECOMPOSE: {"sub_questions": subs}, ask(subs[0]): {"answer": "2017", "supporting": [1]},
+               ask(subs[1]): {"answer": second_death, "supporting": [1]}, ask(CHOICE): {"answer": "Steven Spielberg"}}
+    lm = DummyLM(answers)
+    with dspy.context(lm=lm):
+        prediction = HyperProve(retriever, ProgramConfig(compare_by_rule=True, grounded_hops=False, entity_retries=0))(CHOICE)
+    return prediction, lm
+
+
+def test_compare_by_rule_answers_from_the_hop_answers_without_the_final_reader(retriever):
+    prediction, lm = comparison_run(retriever, "March 2020")
+    assert prediction.answer == "Leah Adler"  # 2017 before 2020: the reader, which would say Spielberg, is not asked
+    assert prediction.by_rule == "Leah Adler (2017) < Steven Spielberg (2020-3), the lesser wins"
+    assert len(lm.history) == 3 and prediction.fallbacks == []  # decompose and two hop answers
+    from pipeline.program import format_chain
+    assert format_chain(prediction)[-1] == "  answered by rule: Leah Adler (2017) < Steven Spielberg (2020-3), the lesser wins"
+
+
+def test_compare_by_rule_leaves_an_unparsed_value_to_the_reader_and_says_so(retriever):
+    prediction, lm = comparison_run(retriever, "unknown")
+    assert prediction.answer == "Steven Spielberg" and prediction.by_rule is None
+    assert prediction.fallbacks == ["compare: no date in 'unknown'; the reader answers"]
+    assert len(lm.history) == 4
+
+
+@pytest.mark.parametrize("last_hop_answers, final_calls", [(True, 0), (False, 1)])
+def test_last_hop_answers_end_a_chain_that_found_what_the_question_asks(retriever, last_hop_answers, final_calls):
+    # the final reader would answer 1975; the last hop asked when Leah Adler died and its facts say 2017
+    prediction, calls = run(retriever, script(**{ask(QUESTION): {"answer": "1975"}}), bridge_rewrite="rule", last_hop_answers=last_hop_answers)
+    assert prediction.answer == ("2017" if last_hop_answers else "1975")
+    assert calls == 1 + 3 + final_calls
+    assert prediction.by_rule == ("the last hop's answer, a date as the question asks" if last_hop_answers else None)
+    # a last hop that asks for a name while the question asks for a date is left to the reader
+    names = script(**{DECOMPOSE: {"sub_questions": SUBS[:2]}, ask(QUESTION): {"answer": "2017"}})
+    prediction, calls = run(retriever, names, bridge_rewrite="rule", last_hop_answers=last_hop_answers)
+    assert prediction.answer == "2017" and calls == 1 + 2 + 1 and prediction.by_rule is None
+
+
+def test_comparison_plans_ask_by_rule_and_need_no_decomposer(retriever):
+    answers = {**script(), DECOMPOSE: {"sub_questions": ["When did Leah Adler die?"]},
+               ask("When did Leah Adler die?"): {"answer": "2017", "supporting": [1]},
+               ask("When did Steven Spielberg die?"): {"answer": "2020", "supporting": [1]}}
+    lm = DummyLM(answers)
+    with dspy.context(lm=lm):
+        prediction = HyperProve(retriever, ProgramConfig(comparison_plans=True, compare_by_rule=True, grounded_hops=False))(CHOICE)
+    assert [hop["sub_question"] for hop in prediction.chain] == ["When did Leah Adler die?", "When did Steven Spielberg die?"]
+    assert prediction.planned_by_rule and prediction.answer == "Leah Adler"
+    assert len(lm.history) == 2  # the two hop answers: no decomposition, no final reader
+    assert not any(DECOMPOSE in call["messages"][-1]["content"] for call in lm.history)
