@@ -298,6 +298,7 @@ def answer_path(settings: dict, system: str) -> str:
     words += ["bridges by rule"] if settings.get("bridge_rewrite") == "rule" else []
     words += ["answers chosen between named options"] if settings.get("choose_options") else []
     words += ["identity steps folded"] if settings.get("fold_identities") else []
+    words += ["hop answers about the hop's subject"] if settings.get("hop_subject") else []
     words += ["comparison plans by rule"] if settings.get("comparison_plans") else []
     words += ["comparisons by rule"] if settings.get("compare_by_rule") else []
     words += ["last hop answers"] if settings.get("last_hop_answers") else []

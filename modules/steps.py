@@ -40,6 +40,7 @@ from modules.signatures import (
     RewriteBridge,
 )
 from modules.text_rules import (
+    answer_kind,
     contained,
     content_words,
     entity_budget,
@@ -48,8 +49,10 @@ from modules.text_rules import (
     fact_grounded,
     mentioned,
     names_an_option,
+    naming_facts,
     question_options,
     squashed,
+    subject_problem,
     supported_entities,
     supported_span,
 )
@@ -224,15 +227,22 @@ class HopAnswerer(dspy.Module):
     invented bridge would otherwise send every later hop after the wrong entity. With
     `grounded_in="evidence"`, an answer that another of the hop's facts contains is kept, and
     its support becomes those facts: a small model often cites the wrong number for a right answer.
+
+    With `about_subject`, an answer that is the thing the query names, or that rests on facts
+    naming none of the query's names while others do (`subject_problem`), is refused the same
+    way, and the span that replaces it comes from the facts that name the query's thing, a place
+    for a "where" query (`supported_span(places=True)`).
     """
 
     def __init__(self):
         super().__init__()
         self.answer = _predictor(AnswerHop, ANSWER_HOP_DEMOS)
 
-    def forward(self, question: str, facts: Sequence[ScoredFact], grounded: bool = False, grounded_in: str = "cited") -> dspy.Prediction:
+    def forward(self, question: str, facts: Sequence[ScoredFact], grounded: bool = False, grounded_in: str = "cited",
+                about_subject: bool = False) -> dspy.Prediction:
         evidence = numbered_evidence(facts)
-        for attempt in range(2 if grounded else 1):
+        naming = naming_facts(question, facts) if about_subject else []
+        for attempt in range(2 if grounded or about_subject else 1):
             config = past_cache(attempt, temperature=0.7)
             output = self.answer(question=question, evidence=evidence, config=config)
             answer = squashed(output.answer)
@@ -240,14 +250,17 @@ class HopAnswerer(dspy.Module):
                 raise MalformedOutput(f"no answer to {question!r}")
             supporting = [facts[n - 1] for n in dict.fromkeys(output.supporting or []) if 1 <= n <= len(facts)]
             cited = supporting or list(facts)
-            if not grounded or contained(answer, [f"{fact.title} {fact.text}" for fact in cited]):
-                return dspy.Prediction(answer=answer, supporting=[fact.id for fact in supporting], replaced=None, ungrounded=False)
-            holding = [fact for fact in facts if contained(answer, [f"{fact.title} {fact.text}"])]
-            if grounded_in == "evidence" and holding:
-                return dspy.Prediction(answer=answer, supporting=[fact.id for fact in holding], replaced=None, ungrounded=False)
-        span = supported_span(question, cited, answer)
+            resting = cited if not grounded or contained(answer, [f"{fact.title} {fact.text}" for fact in cited]) else None
+            if resting is None and grounded_in == "evidence":
+                resting = [fact for fact in facts if contained(answer, [f"{fact.title} {fact.text}"])] or None
+            problem = "is not in its facts" if resting is None else subject_problem(question, answer, resting, naming) if about_subject else None
+            if problem is None:
+                kept = supporting if resting is cited else resting
+                return dspy.Prediction(answer=answer, supporting=[fact.id for fact in kept], replaced=None, ungrounded=False, why=None,
+                                       kind=answer_kind(question, answer, about_subject))
+        span = supported_span(question, naming or cited, answer, places=about_subject)
         return dspy.Prediction(answer=span or answer, supporting=[fact.id for fact in supporting], replaced=answer if span else None,
-                               ungrounded=span is None)
+                               ungrounded=span is None, why=problem, kind=answer_kind(question, answer, about_subject))
 
 
 class AnswerGenerator(dspy.Module):

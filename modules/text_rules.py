@@ -132,16 +132,21 @@ DATE = re.compile(rf"\b(?:\d{{1,2}} )?{_MONTH}(?: \d{{1,2}})?,? \d{{3,4}}\b|\b{_
 NUMBER = re.compile(r"(?<![\w,.])\d+(?:[.,]\d+)*(?!\w|[.,]\d)")
 _ASKS_DATE = re.compile(r"^\W*when\b|\b(?:what|which) (?:year|date|day|month|century)\b|\b(?:date|year) of\b", re.IGNORECASE)
 _ASKS_NUMBER = re.compile(r"\bhow (?:many|much|long|old|tall|far|big|large|high)\b|\b(?:age|population)\b", re.IGNORECASE)
+_ASKS_PLACE = re.compile(r"^\W*where\b|\bplace of\b|\b(?:which|what|in which) (?:city|town|village|place)\b", re.IGNORECASE)
+_BEFORE_PLACE = re.compile(r"\b(?:in|at|near)\s+(?=[^\W\d_])")
 
 
-def answer_kind(query: str, answer: str = "") -> str:
+def answer_kind(query: str, answer: str = "", places: bool = False) -> str:
     """What a hop asks for: "date" (its query asks when or what year, or the reader answered a
-    date), "number" (how many, how old, ...; or a number answered), else "name"."""
+    date), "number" (how many, how old, ...; or a number answered), with `places` "place" (where,
+    the place of, which city), else "name"."""
     answer = answer.strip()
     if _ASKS_DATE.search(query) or DATE.fullmatch(answer):
         return "date"
     if _ASKS_NUMBER.search(query) or NUMBER.match(answer):
         return "number"
+    if places and _ASKS_PLACE.search(query):
+        return "place"
     return "name"
 
 
@@ -160,7 +165,19 @@ def _name_part(span: str) -> str:
     return name if re.search(r"[^\W\d_]", name) else ""
 
 
+def _place_spans(text: str) -> list[str]:
+    """Named spans right after "in", "at" or "near": "born in Tupelo, Mississippi" -> "Tupelo, Mississippi"."""
+    spans = []
+    for match in _BEFORE_PLACE.finditer(text):
+        named = named_spans(text[match.end():match.end() + 200])
+        if named and text[match.end():].startswith(named[0].split()[0]):
+            spans.append(_name_part(named[0]))
+    return spans
+
+
 def _spans(text: str, kind: str) -> list[str]:
+    if kind == "place":
+        return _place_spans(text)
     if kind == "date":
         return [match.group() for match in DATE.finditer(text)]
     if kind == "number":
@@ -168,19 +185,41 @@ def _spans(text: str, kind: str) -> list[str]:
     return [_name_part(span) for span in named_spans(text)]
 
 
-def supported_span(query: str, facts: Sequence[ScoredFact], answer: str = "") -> str | None:
+def supported_span(query: str, facts: Sequence[ScoredFact], answer: str = "", places: bool = False) -> str | None:
     """The first span of the facts, in their order, of the kind the hop asks for
     (`answer_kind`), that the query does not already name: the answer a hop's evidence best
     supports when the reader's `answer` is not in it. A "When did #1 die?" never gets a city
-    back, and a "Who ...?" never a year ("Marie Méliès 8 December 1861" -> "Marie Méliès").
-    None when the facts hold no span of that kind."""
+    back, and a "Who ...?" never a year ("Marie Méliès 8 December 1861" -> "Marie Méliès"); with
+    `places`, a "Where was X born?" gets a place named after "in", "at" or "near" that shares no
+    word with the query (never X's own full name). None when the facts hold no span of that kind."""
     asked = lower_words(query)
-    kind = answer_kind(query, answer)
+    kind = answer_kind(query, answer, places)
     for fact in facts:
         for span in _spans(fact.text, kind):
-            if named_words(span) - asked:
+            named = named_words(span)
+            if named - asked and not (kind == "place" and named & asked):
                 return span
     return None
+
+
+def subject_problem(query: str, answer: str, resting: Sequence[ScoredFact], naming: Sequence[ScoredFact]) -> str | None:
+    """What is wrong with a hop answer about the thing its query names, or None: the answer is
+    that thing itself ("Who is Raghnall Mac Ruaidhrí's grandfather?" -> "Raghnall Mac Ruaidhrí";
+    an identity question excepted), or it rests on facts that name none of the query's names
+    while others of the hop's facts (`naming`) do: another entity's attribute."""
+    subject = named_words(query, skip_first=True)
+    words = named_words(answer)
+    if words and words <= subject and not identity_name(query, query):
+        return "is the hop's own subject"
+    if naming and not any(fact in naming for fact in resting):
+        return "rests on facts about something else than the hop asks about"
+    return None
+
+
+def naming_facts(query: str, facts: Sequence[ScoredFact]) -> list[ScoredFact]:
+    """The facts that share a named word with the query (in their passage title or text)."""
+    subject = named_words(query, skip_first=True)
+    return [fact for fact in facts if subject & lower_words(f"{fact.title} {fact.text}")] if subject else []
 
 
 _IDENTITY = re.compile(r"^\s*(?:who|what)\s+(?:is|was|are|were)\s+(?P<name>[^#?]+?)\s*\?\s*$", re.IGNORECASE)

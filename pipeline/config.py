@@ -119,6 +119,7 @@ class ProgramConfig:
     choose_options: bool = True  # a final answer that is none of the options a question names is asked for again as a choice (every reader)
     fold_identities: bool = False  # sub-questions that only ask who a named thing is ("Who is X?") are dropped, X written where they were referred to
     compare_by_rule: bool = False  # comparison and same-country questions answered from the hop answers by rule (`modules.question_types`), the reader only when a value does not parse
+    hop_subject: bool = False  # a hop answer that is the hop's own subject, or rests on facts about something else, is asked again, then replaced by a span of the facts naming the subject (a place for "where")
     comparison_plans: bool = False  # comparison and same-country questions of a shape a rule reads get their sub-questions by rule, without the decomposer
     last_hop_answers: bool = False  # a chain whose last hop asks for the kind of answer the question asks (and holds it) ends with that answer, without the final reader
 
@@ -127,7 +128,8 @@ class ProgramConfig:
     RECORDED_WITHOUT = {"entity_retries": 0, "grounded_hops": False, "question_channel": False, "reader_evidence": "facts",
                         "comparison_demos": False, "bridge_rewrite": "lm", "grounded_in": "cited",
                         "choose_options": False, "fold_identities": False, "compare_by_rule": False,
-                        "comparison_plans": False, "last_hop_answers": False}
+                        "comparison_plans": False, "last_hop_answers": False,
+                        "hop_subject": False}
 
 
 @config_section("index")

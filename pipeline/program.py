@@ -23,6 +23,10 @@ What the program decides where METHOD.md is silent:
   the identity hop's facts also seed the next hop, and on train folding lost as much as it won.
 - Bridges by rule (`bridge_rewrite="rule"`): "#k" is replaced by the answer, without the LM
   call of step 5; on train the LM's rewrite mostly equalled the plain substitution (FINDINGS).
+- Hop answers about the hop's subject (`hop_subject`): a hop answer that is the thing the hop
+  asks about, or that rests on facts about something else while others of its facts name that
+  thing, is asked for again, then replaced by a span of the facts that name it (a place for a
+  "where" hop).
 - Comparison plans (`comparison_plans`): a comparison or same-country question of a shape the
   rules read ("Which film has the director born first, X or Y?") gets its sub-questions by rule
   (`comparison_plan`: per compared thing its director, then the date or country compared), with
@@ -65,7 +69,7 @@ from modules.steps import (
     MalformedOutput,
     evidence_line,
 )
-from modules.text_rules import answer_kind, fold_identities
+from modules.text_rules import fold_identities
 from pipeline.config import ProgramConfig
 
 # What a small model gets wrong: unparseable output, the wrong shape, values that fail validation.
@@ -112,13 +116,13 @@ class HyperProve(dspy.Module):
             retrieval_seconds += time.perf_counter() - started
             top_k = [fact.id for fact in hop.facts]
             try:
-                reading = self.answer_hop(question=query, facts=hop.facts, grounded=config.grounded_hops, grounded_in=config.grounded_in)
+                reading = self.answer_hop(question=query, facts=hop.facts, grounded=config.grounded_hops, grounded_in=config.grounded_in,
+                                          about_subject=config.hop_subject)
                 answer, supporting = reading.answer, reading.supporting
                 if reading.replaced is not None:
-                    fallbacks.append(f"answer {number}: {reading.replaced!r} is not in its facts; their span {answer!r} replaces it")
+                    fallbacks.append(f"answer {number}: {reading.replaced!r} {reading.why}; their span {answer!r} replaces it")
                 elif reading.ungrounded:
-                    fallbacks.append(f"answer {number}: {answer!r} is not in its facts, and no {answer_kind(query, answer)} "
-                                     "of theirs can replace it; kept")
+                    fallbacks.append(f"answer {number}: {answer!r} {reading.why}, and no {reading.kind} of theirs can replace it; kept")
             except LM_FAILURES as error:
                 answer, supporting = (hop.facts[0].text if hop.facts else query), []
                 fallbacks.append(f"answer {number}: {error}")

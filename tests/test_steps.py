@@ -331,3 +331,30 @@ def test_identity_steps_are_folded_into_the_steps_that_refer_to_them():
     # nothing but identities, or none: left as it is
     assert fold_identities("Who is Max Cavalera?", ["Who is Max Cavalera?"]) == (["Who is Max Cavalera?"], [])
     assert fold_identities(older, ["Who directed Jaws?", "When was #1 born?"]) == (["Who directed Jaws?", "When was #1 born?"], [])
+
+
+def test_hop_answers_about_the_subject_refuse_the_subject_itself_and_another_things_facts():
+    from modules.text_rules import naming_facts, subject_problem
+
+    family = facts("Raghnall Mac Ruaidhrí was a son of Ruaidhrí Mac Ruaidhrí.", "Ruaidhrí Mac Ruaidhrí was a son of Ailéan mac Ruaidhrí.")
+    question = "Who is the paternal grandfather of Raghnall Mac Ruaidhrí?"
+    # the hop's own subject is refused, asked again; the second answer stands
+    lm = DummyLM([{"answer": "Raghnall Mac Ruaidhrí", "supporting": [1]}, {"answer": "Ailéan mac Ruaidhrí", "supporting": [2]}])
+    with dspy.context(lm=lm):
+        out = HopAnswerer()(question=question, facts=family, grounded=True, about_subject=True)
+    assert (out.answer, out.replaced, len(lm.history)) == ("Ailéan mac Ruaidhrí", None, 2)
+    with scripted({"answer": "Raghnall Mac Ruaidhrí", "supporting": [1]}):  # without the check: kept, one call
+        assert HopAnswerer()(question=question, facts=family, grounded=True).answer == "Raghnall Mac Ruaidhrí"
+    assert subject_problem("Who is Georg Wenker?", "Georg Wenker", family, []) is None  # an identity question asks for its subject
+    # another person's birthplace: refused twice, replaced by a place of the facts that name the hop's subject
+    heusen = facts("James Young was born in Baltimore, Maryland.", "Jimmy Van Heusen was born in Syracuse, New York.")
+    question = "Where was Jimmy Van Heusen born?"
+    assert naming_facts(question, heusen) == heusen[1:]
+    with scripted(*[{"answer": "Baltimore, Maryland", "supporting": [1]}] * 2):
+        out = HopAnswerer()(question=question, facts=heusen, grounded=True, about_subject=True)
+    assert (out.answer, out.replaced, out.why, out.kind) == (
+        "Syracuse, New York", "Baltimore, Maryland", "rests on facts about something else than the hop asks about", "place")
+    # a place never the subject's own full name: "Jonathan Richard Guy Greenwood" is a name, not where he was born
+    greenwood = facts("Jonathan Richard Guy Greenwood is an English musician.", "Jonny Greenwood grew up in Oxford.")
+    assert supported_span("Where was Jonny Greenwood born?", greenwood, places=True) == "Oxford"
+    assert supported_span("Where was Jonny Greenwood born?", greenwood) == "Jonathan Richard Guy Greenwood"
