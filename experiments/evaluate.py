@@ -68,7 +68,7 @@ def run_evaluation(config: HyperProveConfig, runtime=None, tags: dict | None = N
     out = results_folder(config)
     check_results_folder(out)
     passages = load_corpus(run.corpus)
-    questions = load_questions(run.questions, passages)[: run.limit]
+    questions = run.selected(load_questions(run.questions, passages))
     if with_lm:
         program_for(None, config)  # a compiled program that does not load fails now, not after the run
     runtime = runtime or Runtime(config)

@@ -127,7 +127,8 @@ def same_setting(a: dict, b: dict) -> bool:
     compiled program may differ (a record made before an option existed ran without it)."""
     ca, cb = a.get("config", {}), b.get("config", {})
     keys = ("questions", "corpus", "limit", "decomposition")
-    return (all(ca.get("evaluation", {}).get(k) == cb.get("evaluation", {}).get(k) for k in keys)
+    skip = [run.get("evaluation", {}).get("skip") or 0 for run in (ca, cb)]
+    return (all(ca.get("evaluation", {}).get(k) == cb.get("evaluation", {}).get(k) for k in keys) and skip[0] == skip[1]
             and all(ca.get(section) == cb.get(section) for section in ("retriever", "index"))
             and {**recorded_program(a), "compiled": None} == {**recorded_program(b), "compiled": None})
 
@@ -298,6 +299,7 @@ def answer_path(settings: dict, system: str) -> str:
     words += ["bridges by rule"] if settings.get("bridge_rewrite") == "rule" else []
     words += ["answers chosen between named options"] if settings.get("choose_options") else []
     words += ["identity steps folded"] if settings.get("fold_identities") else []
+    words += ["chains checked"] if settings.get("chain_checks") else []
     words += ["hop answers about the hop's subject"] if settings.get("hop_subject") else []
     words += ["comparison plans by rule"] if settings.get("comparison_plans") else []
     words += ["comparisons by rule"] if settings.get("compare_by_rule") else []

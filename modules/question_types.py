@@ -389,3 +389,14 @@ def last_hop_answer(question: str, chain: list[dict]) -> Decision | None:
     if kind != answer_kind(question) or not contained(last["answer"], [f"{f['title']} {f['text']}" for f in last["facts"]]):
         return None
     return Decision(last["answer"], f"the last hop's answer, a {kind} as the question asks")
+
+
+def chain_problems(question: str, sub_questions: list[str]) -> list[str]:
+    """What breaks a decomposition's chain, by rule: an earlier step whose answer no later step
+    uses ("#k"), in a question that is no comparison, equality or choice (whose steps look each
+    compared thing up on its own). "Who is Susan Walker's sibling?" after "Who played Susan
+    Walker?" drops the actress the question is about."""
+    if question_type(question) != "other" or len(sub_questions) < 2:
+        return []
+    used = set().union(*(references(sub_question) for sub_question in sub_questions[1:]))
+    return [f"leaves step {k}'s answer unused" for k in range(1, len(sub_questions)) if k not in used]

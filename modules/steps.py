@@ -27,6 +27,7 @@ from modules.demos import (
 )
 from modules.errors import HyperProveError
 from modules.facts import ScoredFact
+from modules.question_types import chain_problems
 from modules.references import REFERENCE, fill_references, references
 from modules.signatures import (
     AnswerHop,
@@ -134,7 +135,8 @@ class Decomposer(dspy.Module):
 
     With `entity_retries`, a decomposition that drops or invents a named word of the question
     (`entity_problems`) is asked for again, warmer and past the cache, up to that many times; the
-    first clean one wins, else the one with the fewest problems (the first among equals).
+    first clean one wins, else the one with the fewest problems (the first among equals). With
+    `check_chain`, a step whose answer no later step uses (`chain_problems`) is a problem too.
     """
 
     def __init__(self, comparisons: bool = False):
@@ -144,7 +146,7 @@ class Decomposer(dspy.Module):
         else:
             self.decompose = _predictor(Decompose, DECOMPOSE_DEMOS)
 
-    def forward(self, question: str, max_hops: int = 4, entity_retries: int = 0) -> dspy.Prediction:
+    def forward(self, question: str, max_hops: int = 4, entity_retries: int = 0, check_chain: bool = False) -> dspy.Prediction:
         tried: list[tuple[int, int, list[str], list[str]]] = []
         failure: Exception | None = None
         for attempt in range(entity_retries + 1):
@@ -157,6 +159,7 @@ class Decomposer(dspy.Module):
                 failure = failure or error
                 continue
             problems = entity_problems(question, sub_questions) if entity_retries else []
+            problems += chain_problems(question, sub_questions) if entity_retries and check_chain else []
             if not problems:
                 return dspy.Prediction(sub_questions=sub_questions, problems=[], attempts=attempt + 1)
             tried.append((len(problems), attempt, sub_questions, problems))

@@ -45,7 +45,7 @@ def study_setting(config: HyperProveConfig) -> dict:
     setting = {
         "objective": sweep.objective, "tie_break": sweep.tie_break, "ranges": sweep.ranges, "chunk": sweep.chunk, "seed": sweep.seed,
         "questions_sha256": sha256_file(run.questions), "corpus_sha256": sha256_file(run.corpus), "limit": run.limit,
-        "decomposition": run.decomposition, "index": config.index.shaping(),
+        "decomposition": run.decomposition, "index": config.index.shaping(), **({"skip": run.skip} if run.skip else {}),
         "retriever": {name: value for name, value in config.retriever.to_dict().items() if name not in sweep.ranges},
     }
     if run.decomposition == "lm":
@@ -87,7 +87,7 @@ def run_sweep(config: HyperProveConfig, runtime=None, log: Callable[[str], None]
     if with_lm:
         program_for(None, config)  # a compiled program that does not load fails now
     passages = load_corpus(run.corpus)
-    questions = load_questions(run.questions, passages)[: run.limit]
+    questions = run.selected(load_questions(run.questions, passages))
     held_out = load_questions(sweep.validate, passages) if sweep.validate else None
     if sweep.transfer_questions:
         transfer_passages = load_corpus(sweep.transfer_corpus)

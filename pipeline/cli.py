@@ -201,6 +201,8 @@ def _add_program_flags(parser: argparse.ArgumentParser) -> None:
     config_flag(parser, "--compare-by-rule", "program.compare_by_rule",
                 "answer comparison and same-country questions from the hop answers by rule (dates, numbers, countries), "
                 "the final reader only when a value does not parse")
+    config_flag(parser, "--chain-checks", "program.chain_checks",
+                "with --entity-retries: a decomposition with a step whose answer no later step uses (#k) is asked for again too")
     config_flag(parser, "--hop-subject", "program.hop_subject",
                 "a hop answer that is the hop's own subject, or rests on facts about something else, is asked again, then replaced "
                 "by a span of the facts that name the subject (a place for a \"where\" hop)")
@@ -256,7 +258,8 @@ def build_parser() -> argparse.ArgumentParser:
     config_flag(evaluate, "--decomposition", "evaluation.decomposition",
                 "gold: the datasets' gold sub-questions, retrieval only; lm: hyperprove runs the full program (EM, F1, LM calls)")
     config_flag(evaluate, "--read", "evaluation.read", "with --decomposition lm: every other system's top 5 passages go to the same reader")
-    config_flag(evaluate, "--limit", "evaluation.limit", "evaluate the first N questions only")
+    config_flag(evaluate, "--limit", "evaluation.limit", "evaluate the first N questions only (after --skip)")
+    config_flag(evaluate, "--skip", "evaluation.skip", "leave out the first N questions (--skip 60 --limit 300: questions 61-360)")
     config_flag(evaluate, "--out", "evaluation.out", "results directory: results.md, results.json, predictions.json, index_manifest.json",
                 shown=".hyperprove/results/<name>-<time>")
     _add_tracking_flags(evaluate, "an MLflow run", traces=True)
@@ -268,7 +271,8 @@ def build_parser() -> argparse.ArgumentParser:
     config_flag(sweep, "--questions", "evaluation.questions", "questions JSON to optimise on (a train split)")
     config_flag(sweep, "--corpus", "evaluation.corpus", "corpus JSON the questions refer to")
     config_flag(sweep, "--decomposition", "evaluation.decomposition", "gold: gold sub-questions; lm: the full program (for F1/EM)")
-    config_flag(sweep, "--limit", "evaluation.limit", "the first N questions only")
+    config_flag(sweep, "--limit", "evaluation.limit", "the first N questions only (after --skip)")
+    config_flag(sweep, "--skip", "evaluation.skip", "leave out the first N questions")
     config_flag(sweep, "--trials", "sweep.trials", "finished trials the study should reach, all workers together; a rerun continues")
     config_flag(sweep, "--objective", "sweep.objective", "maximised")
     config_flag(sweep, "--storage", "sweep.storage", "Optuna storage URL; several workers may share one")

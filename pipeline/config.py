@@ -119,6 +119,7 @@ class ProgramConfig:
     choose_options: bool = True  # a final answer that is none of the options a question names is asked for again as a choice (every reader)
     fold_identities: bool = False  # sub-questions that only ask who a named thing is ("Who is X?") are dropped, X written where they were referred to
     compare_by_rule: bool = False  # comparison and same-country questions answered from the hop answers by rule (`modules.question_types`), the reader only when a value does not parse
+    chain_checks: bool = False  # with entity_retries: a decomposition with a step whose answer no later step uses (#k) is asked for again too
     hop_subject: bool = False  # a hop answer that is the hop's own subject, or rests on facts about something else, is asked again, then replaced by a span of the facts naming the subject (a place for "where")
     comparison_plans: bool = False  # comparison and same-country questions of a shape a rule reads get their sub-questions by rule, without the decomposer
     last_hop_answers: bool = False  # a chain whose last hop asks for the kind of answer the question asks (and holds it) ends with that answer, without the final reader
@@ -129,7 +130,7 @@ class ProgramConfig:
                         "comparison_demos": False, "bridge_rewrite": "lm", "grounded_in": "cited",
                         "choose_options": False, "fold_identities": False, "compare_by_rule": False,
                         "comparison_plans": False, "last_hop_answers": False,
-                        "hop_subject": False}
+                        "hop_subject": False, "chain_checks": False}
 
 
 @config_section("index")
@@ -161,7 +162,12 @@ class EvaluationConfig:
     retrievers: list[str] = Field(default_factory=lambda: ["dense"])
     decomposition: typing.Literal["gold", "lm"] = "gold"  # gold sub-questions (no LM), or the full program
     read: bool = True  # with the LM: every system's top 5 passages also go to the same reader (False: they only rank)
-    limit: int | None = Field(None, ge=1, le=10**9)  # the first N questions
+    limit: int | None = Field(None, ge=1, le=10**9)  # the first N questions (after `skip`)
+    skip: int = Field(0, ge=0, le=10**9)  # leave out the first N questions: questions skip+1 .. skip+limit
+
+    def selected(self, questions: list) -> list:
+        """The questions this run takes: after the first `skip`, at most `limit`."""
+        return questions[self.skip:][: self.limit]
     out: str | None = None  # results directory (default: .hyperprove/results/<questions>-<decomposition>-<time>)
     name: str = ""  # the title of the results table and of the MLflow run
     description: str = ""

@@ -17,6 +17,8 @@ What the program decides where METHOD.md is silent:
   facts do not contain is asked for again, then replaced by a span of them of the kind the hop
   asks for, a date, a number or a name (`grounded_hops`; with `grounded_in="evidence"` an
   answer that an uncited fact of the hop contains is kept).
+- Chains checked (`chain_checks`, with `entity_retries`): a decomposition with a step whose
+  answer no later step uses, in a question that compares nothing, is asked for again too.
 - Identity steps folded (`fold_identities`): a sub-question that only asks who a named thing is
   ("Who is Max Cavalera?") is dropped and the name written where later steps refer to it (#k);
   such a hop answers with the name it was given, at the cost of a hop answer and a rewrite. Off:
@@ -170,7 +172,8 @@ class HyperProve(dspy.Module):
         """Step 4 by the LM, checked; one hop on the question itself when it fails."""
         config = self.config
         try:
-            decomposition = self.decompose(question=question, max_hops=config.max_hops, entity_retries=config.entity_retries)
+            decomposition = self.decompose(question=question, max_hops=config.max_hops, entity_retries=config.entity_retries,
+                                           check_chain=config.chain_checks)
         except LM_FAILURES as error:
             fallbacks.append(f"decompose: {error}")
             return [question]

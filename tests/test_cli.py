@@ -605,3 +605,14 @@ def test_every_flag_names_the_default_of_the_config_field_it_sets():
             assert "Undefined" not in (action.help or "")
     assert checked >= 60
     assert commands["evaluate"]._option_string_actions["--eta"].help.endswith("(default: 0.8)")
+
+
+def test_evaluate_skips_the_first_questions(files, capsys, tmp_path):
+    second = {**QUESTIONS[0], "id": "q2", "question": "Who directed Jaws?", "answer": "Steven Spielberg", "gold_passages": [0],
+              "decomposition": [QUESTIONS[0]["decomposition"][0]]}
+    (tmp_path / "two.json").write_text(json.dumps([QUESTIONS[0], second]))
+    code, out, err = run(capsys, "evaluate", "--questions", tmp_path / "two.json", "--corpus", files / "corpus.json", "--retriever", "dense",
+                         "--skip", 1, "--no-track", "--out", tmp_path / "skipped")
+    assert code == 0, err
+    predictions = json.loads((tmp_path / "skipped" / "predictions.json").read_text())["dense"]
+    assert [row["id"] for row in predictions] == ["q2"]

@@ -83,3 +83,11 @@ def test_a_record_without_the_entity_weight_reruns_the_retriever_without_it():
     assert HyperProveConfig.from_record(old).retriever.entity_weight == 0.0
     assert HyperProveConfig.from_record({"retriever": {"entity_weight": 0.3}}).retriever.entity_weight == 0.3
     assert HyperProveConfig.from_dict(old).retriever.entity_weight == 0.1  # a config file: today's default
+
+
+def test_skip_and_limit_select_a_later_block_of_questions():
+    from pipeline.config import EvaluationConfig
+
+    assert EvaluationConfig(skip=60, limit=300).selected(list(range(400))) == list(range(60, 360))
+    assert EvaluationConfig(skip=390).selected(list(range(400))) == list(range(390, 400))
+    assert EvaluationConfig().selected([1, 2]) == [1, 2]

@@ -204,3 +204,14 @@ def test_comparison_plan(question, plan):
     from modules.question_types import comparison_plan
 
     assert comparison_plan(question) == plan
+
+
+def test_chain_problems_name_the_steps_no_later_step_uses():
+    from modules.question_types import chain_problems
+
+    question = "Who is the sibling of the actress who played Susan Walker?"
+    assert chain_problems(question, ["Who played Susan Walker?", "Who is Susan Walker's sibling?"]) == ["leaves step 1's answer unused"]
+    assert chain_problems(question, ["Who played Susan Walker?", "Who is the sibling of #1?"]) == []
+    assert chain_problems(question, [question]) == []
+    # a comparison looks each thing up on its own
+    assert chain_problems("Which film came out first, Jaws or Duel?", ["When did Jaws come out?", "When did Duel come out?"]) == []

@@ -358,3 +358,15 @@ def test_hop_answers_about_the_subject_refuse_the_subject_itself_and_another_thi
     greenwood = facts("Jonathan Richard Guy Greenwood is an English musician.", "Jonny Greenwood grew up in Oxford.")
     assert supported_span("Where was Jonny Greenwood born?", greenwood, places=True) == "Oxford"
     assert supported_span("Where was Jonny Greenwood born?", greenwood) == "Jonathan Richard Guy Greenwood"
+
+
+def test_checked_chains_ask_again_for_a_decomposition_that_drops_a_step():
+    question = "Who is the sibling of the actress who played Susan Walker?"
+    broken = {"sub_questions": ["Who played Susan Walker?", "Who is Susan Walker's sibling?"]}
+    linked = {"sub_questions": ["Who played Susan Walker?", "Who is the sibling of #1?"]}
+    lm = DummyLM([broken, linked])
+    with dspy.context(lm=lm):
+        out = Decomposer()(question=question, entity_retries=2, check_chain=True)
+    assert (out.sub_questions, out.problems, out.attempts, len(lm.history)) == (linked["sub_questions"], [], 2, 2)
+    with scripted(broken):  # unchecked: the first stands
+        assert Decomposer()(question=question, entity_retries=2).sub_questions == broken["sub_questions"]
