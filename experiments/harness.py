@@ -252,7 +252,8 @@ COLUMNS = (
     ("recall@2", "R@2", "{:.2f}"), ("recall@5", "R@5", "{:.2f}"), ("em", "EM", "{:.2f}"), ("f1", "F1", "{:.2f}"),
     ("lm_calls_per_question", "LM calls/q", "{:.2f}"), ("prompt_tokens_per_question", "prompt tok/q", "{:.0f}"),
     ("completion_tokens_per_question", "gen tok/q", "{:.0f}"), ("seconds_per_question", "s/q", "{:.4g}"),
-    ("retrieval_ms_per_question", "retrieval ms/q", "{:.1f}"),
+    ("retrieval_ms_per_question", "retrieval ms/q", "{:.1f}"), ("planned_by_rule", "planned by rule", "{:d}"),
+    ("answered_by_rule", "answered by rule", "{:d}"),
 )
 
 

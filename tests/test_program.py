@@ -358,3 +358,19 @@ def test_comparison_plans_ask_by_rule_and_need_no_decomposer(retriever):
     assert prediction.planned_by_rule and prediction.answer == "Leah Adler"
     assert len(lm.history) == 2  # the two hop answers: no decomposition, no final reader
     assert not any(DECOMPOSE in call["messages"][-1]["content"] for call in lm.history)
+
+
+def test_an_evaluation_counts_the_questions_planned_and_answered_by_rule():
+    from experiments.harness import results_table
+
+    questions = [Question(id=str(k), question=f"q{k}", answer="yes", gold_passages=(0,)) for k in range(3)]
+    ruled = {"q0": {"by_rule": "the last hop's answer, a name as the question asks"},
+             "q1": {"by_rule": "A (1961) > B (1943), the lesser wins", "planned_by_rule": True}}
+
+    def program(text):
+        return dspy.Prediction(answer="yes", passages=[0], chain=[], fallbacks=[], **ruled.get(text, {}))
+
+    summary, rows = evaluate_program(questions, program)
+    assert (summary["answered_by_rule"], summary["planned_by_rule"]) == (2, 1)
+    assert [row.get("by_rule") for row in rows] == [ruled["q0"]["by_rule"], ruled["q1"]["by_rule"], None]
+    assert results_table([{**summary, "system": "hyperprove"}]).splitlines()[0].endswith("| planned by rule | answered by rule |")
