@@ -106,9 +106,10 @@ class RetrieverConfig:
     walk_steps: int = Field(2, ge=0, le=50)  # step 7: random-walk steps that rank facts for G*_t
     push_epsilon: float = Field(1e-5, ge=0.0, le=1.0)  # step 7: smallest per-fact mass an entity or passage spreads
     entity_weight: float = Field(0.1, ge=0.0, le=1.0)  # step 9, added: score bonus of a fact naming an entity the query names (chosen on 2Wiki train)
+    entity_facts: int = Field(0, ge=0, le=20)  # step 9, added: also this many facts nearest the query among those naming an entity it names, wherever they lie
 
     # What a recorded config without these fields ran with (records made before they existed).
-    RECORDED_WITHOUT = {"entity_weight": 0.0}
+    RECORDED_WITHOUT = {"entity_weight": 0.0, "entity_facts": 0}
 
     @classmethod
     def accepts(cls, name: str, value) -> bool:
@@ -149,4 +150,5 @@ TUNABLES = {
     "n_seeds": Tunable("seeds", "--seeds", "dense seed facts per hop (step 6)"),
     "subgraph_bound": Tunable("bound", "--subgraph-bound", "facts in the local subgraph (step 7)"),
     "entity_weight": Tunable("beta", "--entity-weight", "score bonus of facts naming an entity the query names (step 9)"),
+    "entity_facts": Tunable("entity facts", "--entity-facts", "facts naming an entity the query names added per hop, wherever they lie (step 9)"),
 }

@@ -21,6 +21,11 @@ which the index supplies (its own naming rules over its own entity vocabulary), 
 names an entity when its own A_i holds it: through synonyms the bonus spread to near names and
 gained less on 2Wiki train. beta = 0.1 was chosen on 2Wiki train (gold steps); the README
 ("Optimisation") has the train choice and the held-out figures.
+
+With `entity_facts` N, the hop's facts also hold the N facts nearest the query among those that
+name an entity the query names, wherever they lie in the hypergraph (the bounded search of
+steps 7-8 may not reach the bridge entity's own passage); their passages rank right after the
+top K's. They join the frontier like the top K.
 """
 
 from __future__ import annotations
@@ -117,6 +122,11 @@ class HypergraphRetriever(dspy.Module):
         order = np.lexsort((candidate_ids, -score))
         top = [self._scored(candidate_ids[k], cos[k], struct[k], score[k]) for k in order[: config.top_k]]
         ranked_ids = candidate_ids[order]
+        if config.entity_facts:
+            led = self.entity_led(query, query_vector, np.union1d(frontier, ranked_ids[: config.top_k]), config.entity_facts)
+            top += led
+            led_ids = np.array([fact.id for fact in led], dtype=np.int64)
+            ranked_ids = np.concatenate([ranked_ids[: config.top_k], led_ids, ranked_ids[config.top_k:][~np.isin(ranked_ids[config.top_k:], led_ids)]])
 
         new_frontier = [int(f) for f in frontier] + [f.id for f in top]
         trace = {
@@ -131,6 +141,19 @@ class HypergraphRetriever(dspy.Module):
         }
         passages = unique_in_order(self.facts.passage[ranked_ids])
         return dspy.Prediction(facts=top, frontier=new_frontier, ranked_ids=ranked_ids, passages=passages, trace=trace)
+
+    def entity_led(self, query: str, query_vector: np.ndarray, exclude: np.ndarray, n: int) -> list[ScoredFact]:
+        """The n facts nearest the query (cosine, ties by id) among the facts that name an entity
+        the query names, other than `exclude`; scored as a candidate with struct 0 and the bonus."""
+        if self.name_entities is None or self.facts.entity_facts is None:
+            return []
+        entities = np.unique(np.asarray(self.name_entities(query), dtype=np.int64))
+        if not len(entities):
+            return []
+        ids = np.setdiff1d(self.facts.entity_facts[entities].indices, exclude)
+        cos = self.facts.vectors[ids] @ query_vector
+        config = self.config
+        return [self._scored(ids[k], cos[k], 0.0, config.alpha * cos[k] + config.entity_weight) for k in np.lexsort((ids, -cos))[:n]]
 
     def named_entities(self, query: str) -> np.ndarray:
         """The entities the query names, when their facts get a bonus (distinct ids, sorted)."""

@@ -132,3 +132,20 @@ def test_interleave_passages():
 def test_frontier_outside_the_graph_is_an_error(make_retriever):
     with pytest.raises(HyperProveError, match=r"frontier: fact ids must lie in \[0, 6\)"):
         make_retriever()("q1", frontier=[9])
+
+
+def test_entity_facts_add_the_nearest_facts_naming_a_query_entity_wherever_they_lie(make_retriever):
+    # Fact 5 (entity d, passage 2) lies outside the subgraph of q1; with entity_facts 1 a query
+    # naming d gets it after the top 2 (0.95, 0.75), scored 0.5 * 0.25 + 0 (struct 0, beta 0).
+    hop = make_retriever({"q1": [3]}.get, alpha=0.5, theta=0.25, depth=2, top_k=2, entity_weight=0.0, entity_facts=1)("q1")
+    assert ids(hop) == [0, 2, 5] and hop.facts[2].score == pytest.approx(0.125) and hop.facts[2].struct == 0.0
+    assert hop.ranked_ids.tolist() == [0, 2, 5, 1, 3] and hop.passages == [0, 2, 1] and hop.frontier == [0, 2, 5]
+    # entity b names facts 1 (cos 0.1) and 3 (cos 0.2): the nearer, 3, moves up to right after the top 2
+    hop = make_retriever({"q1": [1]}.get, alpha=0.5, theta=0.25, depth=2, top_k=2, entity_weight=0.0, entity_facts=1)("q1")
+    assert ids(hop) == [0, 2, 3] and hop.ranked_ids.tolist() == [0, 2, 3, 1]
+    # with the bonus, fact 1 is in the top 2 already; 3 follows at 0.5 * 0.2 + 0.25
+    hop = make_retriever({"q1": [1]}.get, alpha=0.5, theta=0.25, depth=2, top_k=2, entity_weight=0.25, entity_facts=2)("q1")
+    assert ids(hop) == [0, 1, 3] and hop.facts[2].score == pytest.approx(0.35) and hop.ranked_ids.tolist() == [0, 1, 3, 2]
+    # no entity named, or none configured: the top K alone
+    assert ids(make_retriever(lambda query: [], alpha=0.5, theta=0.25, top_k=2, entity_facts=2)("q1")) == [0, 2]
+    assert ids(make_retriever({"q1": [3]}.get, alpha=0.5, theta=0.25, top_k=2)("q1")) == [0, 2]
