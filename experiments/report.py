@@ -301,6 +301,7 @@ def answer_path(settings: dict, system: str) -> str:
     words += ["identity steps folded"] if settings.get("fold_identities") else []
     words += ["chains checked"] if settings.get("chain_checks") else []
     words += ["hop answers about the hop's subject"] if settings.get("hop_subject") else []
+    words += ["countries by any name"] if settings.get("country_names") else []
     words += ["comparison plans by rule"] if settings.get("comparison_plans") else []
     words += ["comparisons by rule"] if settings.get("compare_by_rule") else []
     words += ["last hop answers"] if settings.get("last_hop_answers") else []

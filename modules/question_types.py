@@ -1,6 +1,10 @@
-"""Final answers by rule (step 11 without the LM, where a rule is exact): comparison and
-same-country questions from the chain's hop answers, and a chain whose last hop already answers
-what the question asks.
+"""Question types by rule, and what a rule does for each type in place of an LM step:
+
+- `question_type`: comparison, equality, choice or other, from the question's words;
+- `comparison_plan`: a comparison's sub-questions (step 4 without the decomposer);
+- `rule_answer`: a comparison's answer from the chain's hop answers (step 11 without the reader);
+- `last_hop_answer`: a chain whose last hop already answers what the question asks;
+- `chain_problems`: a decomposition whose steps do not chain (for asking again).
 
 "Which film came out first, Girl From Hong Kong or Forces Occultes?" with hops answering 1961
 and 1943, or "Are the directors of C-Man and Greencastle from the same country?" with hops

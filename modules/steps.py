@@ -231,6 +231,9 @@ class HopAnswerer(dspy.Module):
     `grounded_in="evidence"`, an answer that another of the hop's facts contains is kept, and
     its support becomes those facts: a small model often cites the wrong number for a right answer.
 
+    With `countries`, an answer whose countries the facts name by other words ("Austria" for "an
+    Austrian composer") counts as contained.
+
     With `about_subject`, an answer that is the thing the query names, or that rests on facts
     naming none of the query's names while others do (`subject_problem`), is refused the same
     way, and the span that replaces it comes from the facts that name the query's thing, a place
@@ -242,7 +245,7 @@ class HopAnswerer(dspy.Module):
         self.answer = _predictor(AnswerHop, ANSWER_HOP_DEMOS)
 
     def forward(self, question: str, facts: Sequence[ScoredFact], grounded: bool = False, grounded_in: str = "cited",
-                about_subject: bool = False) -> dspy.Prediction:
+                about_subject: bool = False, countries: bool = False) -> dspy.Prediction:
         evidence = numbered_evidence(facts)
         naming = naming_facts(question, facts) if about_subject else []
         for attempt in range(2 if grounded or about_subject else 1):
@@ -253,9 +256,9 @@ class HopAnswerer(dspy.Module):
                 raise MalformedOutput(f"no answer to {question!r}")
             supporting = [facts[n - 1] for n in dict.fromkeys(output.supporting or []) if 1 <= n <= len(facts)]
             cited = supporting or list(facts)
-            resting = cited if not grounded or contained(answer, [f"{fact.title} {fact.text}" for fact in cited]) else None
+            resting = cited if not grounded or contained(answer, [f"{fact.title} {fact.text}" for fact in cited], countries) else None
             if resting is None and grounded_in == "evidence":
-                resting = [fact for fact in facts if contained(answer, [f"{fact.title} {fact.text}"])] or None
+                resting = [fact for fact in facts if contained(answer, [f"{fact.title} {fact.text}"], countries)] or None
             problem = "is not in its facts" if resting is None else subject_problem(question, answer, resting, naming) if about_subject else None
             if problem is None:
                 kept = supporting if resting is cited else resting

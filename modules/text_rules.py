@@ -11,6 +11,7 @@ import bisect
 import re
 from typing import Sequence
 
+from modules.countries import countries_named
 from modules.facts import ScoredFact
 from modules.references import REFERENCE
 
@@ -97,12 +98,17 @@ def entity_problems(question: str, sub_questions: Sequence[str]) -> list[str]:
     return [f"drops {w!r}" for w in dropped] + [f"invents {w!r}" for w in invented]
 
 
-def contained(answer: str, texts: Sequence[str]) -> bool:
-    """Whether the texts contain the answer: all its content words (yes/no always counts)."""
+def contained(answer: str, texts: Sequence[str], countries: bool = False) -> bool:
+    """Whether the texts contain the answer: all its content words (yes/no always counts); with
+    `countries`, also an answer whose countries the texts name by other words ("Austria" in "an
+    Austrian composer", "United States" in "an American film")."""
     words = content_words(answer)
     if not words or words <= {"yes", "no"}:
         return True
-    return words <= content_words(" ".join(texts))
+    if words <= content_words(" ".join(texts)):
+        return True
+    named = countries_named(answer) if countries else frozenset()
+    return bool(named) and named <= countries_named(" ".join(texts))
 
 
 def named_spans(text: str) -> list[str]:

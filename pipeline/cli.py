@@ -206,6 +206,8 @@ def _add_program_flags(parser: argparse.ArgumentParser) -> None:
     config_flag(parser, "--hop-subject", "program.hop_subject",
                 "a hop answer that is the hop's own subject, or rests on facts about something else, is asked again, then replaced "
                 "by a span of the facts that name the subject (a place for a \"where\" hop)")
+    config_flag(parser, "--country-names", "program.country_names",
+                "with --grounded-hops: a hop answer naming a country its facts name by another word (Austria, Austrian) counts as in them")
     config_flag(parser, "--comparison-plans", "program.comparison_plans",
                 "comparison and same-country questions of a shape a rule reads get their sub-questions by rule "
                 "(per compared thing, through its director etc., the date or country compared), without the decomposer")

@@ -121,6 +121,7 @@ class ProgramConfig:
     compare_by_rule: bool = False  # comparison and same-country questions answered from the hop answers by rule (`modules.question_types`), the reader only when a value does not parse
     chain_checks: bool = False  # with entity_retries: a decomposition with a step whose answer no later step uses (#k) is asked for again too
     hop_subject: bool = False  # a hop answer that is the hop's own subject, or rests on facts about something else, is asked again, then replaced by a span of the facts naming the subject (a place for "where")
+    country_names: bool = False  # with grounded_hops: a hop answer naming a country its facts name by another word ("Austria", "Austrian") counts as in them
     comparison_plans: bool = False  # comparison and same-country questions of a shape a rule reads get their sub-questions by rule, without the decomposer
     last_hop_answers: bool = False  # a chain whose last hop asks for the kind of answer the question asks (and holds it) ends with that answer, without the final reader
 
@@ -130,7 +131,7 @@ class ProgramConfig:
                         "comparison_demos": False, "bridge_rewrite": "lm", "grounded_in": "cited",
                         "choose_options": False, "fold_identities": False, "compare_by_rule": False,
                         "comparison_plans": False, "last_hop_answers": False,
-                        "hop_subject": False, "chain_checks": False}
+                        "hop_subject": False, "chain_checks": False, "country_names": False}
 
 
 @config_section("index")

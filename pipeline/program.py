@@ -29,6 +29,8 @@ What the program decides where METHOD.md is silent:
   asks about, or that rests on facts about something else while others of its facts name that
   thing, is asked for again, then replaced by a span of the facts that name it (a place for a
   "where" hop).
+- Countries by any name (`country_names`): a hop answer naming a country its facts name by
+  another word ("Austria" for "an Austrian composer") counts as grounded.
 - Comparison plans (`comparison_plans`): a comparison or same-country question of a shape the
   rules read ("Which film has the director born first, X or Y?") gets its sub-questions by rule
   (`comparison_plan`: per compared thing its director, then the date or country compared), with
@@ -119,7 +121,7 @@ class HyperProve(dspy.Module):
             top_k = [fact.id for fact in hop.facts]
             try:
                 reading = self.answer_hop(question=query, facts=hop.facts, grounded=config.grounded_hops, grounded_in=config.grounded_in,
-                                          about_subject=config.hop_subject)
+                                          about_subject=config.hop_subject, countries=config.country_names)
                 answer, supporting = reading.answer, reading.supporting
                 if reading.replaced is not None:
                     fallbacks.append(f"answer {number}: {reading.replaced!r} {reading.why}; their span {answer!r} replaces it")

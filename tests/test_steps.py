@@ -370,3 +370,13 @@ def test_checked_chains_ask_again_for_a_decomposition_that_drops_a_step():
     assert (out.sub_questions, out.problems, out.attempts, len(lm.history)) == (linked["sub_questions"], [], 2, 2)
     with scripted(broken):  # unchecked: the first stands
         assert Decomposer()(question=question, entity_retries=2).sub_questions == broken["sub_questions"]
+
+
+def test_country_names_ground_a_country_its_facts_name_by_another_word():
+    austrian = facts("Hans J. Salter (1896 in Lviv) was an Austrian-born American film composer.")
+    assert not contained("Austria", ["T0 " + austrian[0].text])
+    assert contained("Austria", ["T0 " + austrian[0].text], countries=True)
+    assert not contained("Germany", ["T0 " + austrian[0].text], countries=True)
+    with scripted({"answer": "Austria", "supporting": [1]}):
+        out = HopAnswerer()(question="What country is Hans J. Salter from?", facts=austrian, grounded=True, countries=True)
+    assert (out.answer, out.replaced) == ("Austria", None)
