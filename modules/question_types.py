@@ -46,6 +46,7 @@ _LIFESPAN = re.compile(r"\blived? (?:longer|the longest)\b", re.IGNORECASE)
 _SAME_COUNTRY = re.compile(r"\bsame (?:country|countries|nationality|nationalities|citizenship)\b"
                            r"|\bshare the same nationality\b", re.IGNORECASE)
 _SAME = re.compile(r"\b(?:same|both)\b", re.IGNORECASE)
+_YES_NO = re.compile(r"\s*(?:is|are|was|were|do|does|did|has|have|had|can|could|will|would)\b", re.IGNORECASE)  # a yes/no question
 _BORN = re.compile(r"\b(?:born|birth)\b", re.IGNORECASE)
 _DIED = re.compile(r"\b(?:die|died|death|dead)\b", re.IGNORECASE)
 
@@ -84,9 +85,11 @@ def _without_options(question: str, options) -> set[str]:
 
 
 def comparison_of(question: str) -> Comparison | None:
-    """The comparison a question asks for, when a rule can decide it; else None."""
+    """The comparison a question asks for, when a rule can decide it; else None. A same-country
+    question asks yes or no ("Are A and B from the same country?"; not "Who shares the same
+    nationality as A?")."""
     if _SAME_COUNTRY.search(question):
-        return Comparison("same")
+        return Comparison("same") if _YES_NO.match(question) else None
     options = tuple(question_options(question, whole_names=True))
     if len(options) != 2:
         return None
@@ -107,8 +110,7 @@ def comparison_of(question: str) -> Comparison | None:
 def question_type(question: str) -> str:
     """One of QUESTION_TYPES, by rule: "equality" (same country, both ...), "comparison" (an order
     between the options it names), "choice" (options, no order), else "other"."""
-    if _SAME_COUNTRY.search(question) or (_SAME.search(question) and not question_options(question)
-                                          and re.match(r"\s*(?:are|is|were|was|do|does|did|have|has)\b", question, re.IGNORECASE)):
+    if _YES_NO.match(question) and (_SAME_COUNTRY.search(question) or _SAME.search(question) and not question_options(question)):
         return "equality"
     comparison = comparison_of(question)
     if comparison is not None:
@@ -377,8 +379,6 @@ def rule_answer(question: str, chain: list[dict]) -> Decision | None:
     comparison = comparison_of(question)
     return decide(comparison, chain) if comparison is not None else None
 
-
-_YES_NO = re.compile(r"\s*(?:is|are|was|were|do|does|did|has|have|had|can|could|will|would)\b", re.IGNORECASE)
 
 
 def last_hop_answer(question: str, chain: list[dict]) -> Decision | None:

@@ -215,3 +215,11 @@ def test_chain_problems_name_the_steps_no_later_step_uses():
     assert chain_problems(question, [question]) == []
     # a comparison looks each thing up on its own
     assert chain_problems("Which film came out first, Jaws or Duel?", ["When did Jaws come out?", "When did Duel come out?"]) == []
+
+
+def test_a_question_that_names_a_nationality_without_asking_yes_or_no_is_no_equality():
+    question = "Who was a host of Who Wants to be a Millionaire who shares the same nationality as the author of The Feminine Mystique?"
+    assert question_type(question) == "other" and comparison_of(question) is None
+    hops = chain(("Who is the author of The Feminine Mystique?", "Betty Friedan"), ("What is the nationality of #1?", "American"),
+                 ("Who hosted Who Wants to be a Millionaire?", "Chris Harrison"))
+    assert rule_answer(question, hops) is None
