@@ -57,13 +57,16 @@ class Comparison:
     least or, with `most`, the greatest (`kind="order"`), the values being dates, numbers or the
     years lived (`measure`); or say whether the things compared are from the same country
     (`kind="same"`). With `ages`, ages (numbers) stand in for birth dates when the hops answered
-    those, and order the other way round ("older": the earlier birth date, the greater age)."""
+    those, and order the other way round ("older": the earlier birth date, the greater age).
+    `event` ("born", "died") is what the dates must be of: only hops that ask for it count
+    ("When did #1 direct their film?" answers no "born first")."""
 
     kind: str
     options: tuple[str, ...] = ()
     most: bool = False
     measure: str = "date"
     ages: bool = False
+    event: str | None = None
 
 
 @dataclass(frozen=True)
@@ -100,7 +103,9 @@ def comparison_of(question: str) -> Comparison | None:
     if later or earlier:
         if later and earlier:
             return None
-        return Comparison("order", options, most=bool(later), ages=bool((later | earlier) & _AGES))
+        rest = _without_options_text(question, options)
+        event = "died" if _DIED.search(rest) else "born" if _BORN.search(rest) or (later | earlier) & _AGES else None
+        return Comparison("order", options, most=bool(later), ages=bool((later | earlier) & _AGES), event=event)
     more, fewer = words & _MORE, words & _FEWER
     if more or fewer:
         return None if more and fewer else Comparison("order", options, most=bool(more), measure="number")
@@ -316,7 +321,8 @@ def decide(comparison: Comparison, chain: list[dict]) -> Decision:
     if comparison.measure == "lifespan":
         values = {option: _lifespan(option, hops) for option, hops in belong.items()}
     else:
-        values = {option: _one_value(hops, comparison.measure) for option, hops in belong.items()}
+        values = {option: _one_value(_asking(hops, comparison.event), comparison.measure, option, comparison.event)
+                  for option, hops in belong.items()}
         if comparison.ages and any(isinstance(v, str) for v in values.values()):
             ages = {option: _one_value(hops, "number") for option, hops in belong.items()}
             if not any(isinstance(v, str) for v in ages.values()):
@@ -333,8 +339,16 @@ def decide(comparison: Comparison, chain: list[dict]) -> Decision:
                             f"{'the greater' if most else 'the lesser'} wins")
 
 
-def _one_value(hops: list[dict], measure: str):
+def _asking(hops: list[dict], event: str | None) -> list[dict]:
+    """The hops whose query asks for the event's date (all of them without an event)."""
+    asks = {"born": _BORN, "died": _DIED}.get(event)
+    return [hop for hop in hops if asks is None or asks.search(hop["query"])]
+
+
+def _one_value(hops: list[dict], measure: str, option: str = "", event: str | None = None):
     """The one date or number the hops answer, or why there is none."""
+    if not hops:
+        return f"no hop asks when {option!r} {'was born' if event == 'born' else 'died'}"
     parse = date_value if measure == "date" else number_value
     found = {parse(hop["answer"]) for hop in hops} - {None}
     if len(found) != 1:

@@ -223,3 +223,14 @@ def test_a_question_that_names_a_nationality_without_asking_yes_or_no_is_no_equa
     hops = chain(("Who is the author of The Feminine Mystique?", "Betty Friedan"), ("What is the nationality of #1?", "American"),
                  ("Who hosted Who Wants to be a Millionaire?", "Chris Harrison"))
     assert rule_answer(question, hops) is None
+
+
+def test_only_hops_that_ask_for_the_compared_event_count():
+    # "born first" compared with the years the directors made films would name the wrong film
+    question = "Which film has the director who was born first, Tombstone Rashomon or Waiting For The Clouds?"
+    hops = chain(("Who directed Tombstone Rashomon?", "Alex Cox"), ("Who directed Waiting For The Clouds?", "Yeşim Ustaoğlu"),
+                 ("When did #1 direct their film?", "2012"), ("When did #2 direct their film?", "1919"))
+    decision = rule_answer(question, hops)
+    assert decision.answer is None and decision.how == "no hop asks when 'Tombstone Rashomon' was born"
+    assert comparison_of(question).event == "born" and comparison_of("Who died first, Jules White or George Sidney?").event == "died"
+    assert comparison_of("Which film came out first, Jaws or Duel?").event is None
