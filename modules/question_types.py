@@ -30,6 +30,7 @@ from modules.text_rules import (
     contained,
     content_words,
     lower_words,
+    named_words,
     question_options,
 )
 
@@ -399,10 +400,14 @@ def last_hop_answer(question: str, chain: list[dict]) -> Decision | None:
     """The last hop's answer as the final answer, when that hop asks for the kind of answer the
     question asks (a date, a number or a name: `answer_kind`) and its facts hold it; None for a
     one-hop chain (the reader reads the same facts with the whole question), a yes/no question,
-    a question naming options, or a chain whose last answer its facts do not hold."""
+    a question naming options, a chain whose last answer its facts do not hold, or one that is
+    the question's own subject (never what a question about it asks)."""
     if len(chain) < 2 or _YES_NO.match(question) or question_type(question) != "other":
         return None
     last = chain[-1]
+    named = named_words(last["answer"])
+    if named and named <= named_words(question):
+        return None
     kind = answer_kind(last["query"], last["answer"])
     if kind != answer_kind(question) or not contained(last["answer"], [f"{f['title']} {f['text']}" for f in last["facts"]]):
         return None

@@ -234,3 +234,14 @@ def test_only_hops_that_ask_for_the_compared_event_count():
     assert decision.answer is None and decision.how == "no hop asks when 'Tombstone Rashomon' was born"
     assert comparison_of(question).event == "born" and comparison_of("Who died first, Jules White or George Sidney?").event == "died"
     assert comparison_of("Which film came out first, Jaws or Duel?").event is None
+
+
+def test_the_last_hop_does_not_answer_with_the_questions_own_subject():
+    from modules.question_types import last_hop_answer
+
+    def hop(sub_question, answer):
+        return {"sub_question": sub_question, "query": sub_question, "answer": answer, "facts": [{"title": "t", "text": f"{answer} is here."}]}
+
+    question = "Who is William Ii, Count Of Flanders's paternal grandmother?"
+    assert last_hop_answer(question, [hop("Who is his father?", "Guy of Dampierre"), hop("Who is the mother of #1?", "William II, Count of Flanders")]) is None
+    assert last_hop_answer(question, [hop("Who is his father?", "Guy of Dampierre"), hop("Who is the mother of #1?", "Mathilde of Bourbon")]).answer == "Mathilde of Bourbon"
