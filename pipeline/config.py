@@ -108,7 +108,7 @@ class ProgramConfig:
     max_hops: int = Field(4, ge=1, le=10)  # longer decompositions count as failed
     carry: typing.Literal["supporting", "top_k"] = "supporting"  # the hop reader's cited facts, or the top K
     compiled: str | None = None  # compiled program JSON (`hyperprove compile`); None: the built-in demonstrations
-    # The answer path; the defaults were chosen on MuSiQue and HotpotQA train (README, "The answer path").
+    # The answer path; the defaults were chosen on the train splits (experiments/FINDINGS.md).
     entity_retries: int = Field(2, ge=0, le=5)  # asks again when a decomposition drops or invents a named word of the question; 0: no check
     grounded_hops: bool = True  # a hop answer its evidence facts do not contain is asked again, then replaced by a span of the asked kind
     grounded_in: typing.Literal["cited", "evidence"] = "cited"  # "cited": the facts the hop reader cited; "evidence": any of the hop's facts will do
@@ -118,11 +118,11 @@ class ProgramConfig:
     bridge_rewrite: typing.Literal[tuple(BRIDGE_REWRITES)] = "rule"  # one of BRIDGE_REWRITES: how a sub-question's "#k" become the resolved answers (step 5)
     choose_options: bool = True  # a final answer that is none of the options a question names is asked for again as a choice (every reader)
     fold_identities: bool = False  # sub-questions that only ask who a named thing is ("Who is X?") are dropped, X written where they were referred to
-    compare_by_rule: bool = False  # comparison and same-country questions answered from the hop answers by rule (`modules.question_types`), the reader only when a value does not parse
+    compare_by_rule: bool = True  # comparison and same-country questions answered from the hop answers by rule (`modules.question_types`), the reader only when a value does not parse
     chain_checks: bool = False  # with entity_retries: a decomposition with a step whose answer no later step uses (#k) is asked for again too
     hop_subject: bool = False  # a hop answer that is the hop's own subject, or rests on facts about something else, is asked again, then replaced by a span of the facts naming the subject (a place for "where")
-    country_names: bool = False  # with grounded_hops: a hop answer naming a country its facts name by another word ("Austria", "Austrian") counts as in them
-    comparison_plans: bool = False  # comparison and same-country questions of a shape a rule reads get their sub-questions by rule, without the decomposer
+    country_names: bool = True  # with grounded_hops: a hop answer naming a country its facts name by another word ("Austria", "Austrian") counts as in them
+    comparison_plans: bool = True  # comparison and same-country questions of a shape a rule reads get their sub-questions by rule, without the decomposer
     last_hop_answers: bool = False  # a chain whose last hop asks for the kind of answer the question asks (and holds it) ends with that answer, without the final reader
 
     # What a recorded config without these fields ran with (records made before they existed), so
