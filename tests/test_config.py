@@ -53,11 +53,11 @@ def test_every_shipped_experiment_config_loads_and_names_its_own_results_folder(
             kinds.append("sweep")
             continue
         assert parse_systems(config.evaluation.retrievers) == config.evaluation.retrievers
-        lm_run = ("lm60" in stem or "-train-" in stem) and "-gold" not in stem  # 2wiki-train-gold: the train gold steps
+        lm_run = any(tag in stem for tag in ("lm60", "lm300", "-train-")) and "-gold" not in stem  # 2wiki-train-gold: the train gold steps
         assert config.evaluation.decomposition == ("lm" if lm_run else "gold")
         assert config.program.compiled is None or config.program.compiled in compiled
         kinds.append("evaluate")
-    assert sorted(kinds) == ["compile"] * 7 + ["evaluate"] * 68 + ["sweep"] * 4
+    assert sorted(kinds) == ["compile"] * 7 + ["evaluate"] * 69 + ["sweep"] * 4
 
 
 def test_a_comma_list_of_retrievers_from_the_command_line():
