@@ -135,7 +135,7 @@ _WHEN = [  # what a comparison orders by, as the question words it -> the sub-qu
 _WHEN_VERB = re.compile(r"\b(released|published|premiered|aired|established|founded|formed|opened|started|created|launched|built)\b",
                         re.IGNORECASE)
 _COUNTRY_OF = [  # how a same-country question asks -> the sub-question about one thing
-    (re.compile(r"\bnationality|citizenship\b", re.IGNORECASE), "What is the nationality of {}?"),
+    (re.compile(r"\b(?:nationality|citizenship)\b", re.IGNORECASE), "What is the nationality of {}?"),
     (re.compile(r"\blocated\b", re.IGNORECASE), "Which country is {} located in?"),
 ]
 _OPENING = re.compile(r"^\s*(?i:are|were|is|was|do|does|did|have|has)\b(?:[\s,:]+(?:[a-z][\w-]*))*[\s,:]+")
