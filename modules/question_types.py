@@ -197,17 +197,18 @@ def comparison_plan(question: str) -> list[str] | None:
     things = compared_things(question) if comparison.kind == "same" else comparison.options
     if not things:
         return None
+    asked = _without_options_text(question, things)  # "Love & Death In Saigon" asks for no death date
     if comparison.kind == "same":
-        asks = next((template for pattern, template in _COUNTRY_OF if pattern.search(question)), "Which country is {} from?")
+        asks = next((template for pattern, template in _COUNTRY_OF if pattern.search(asked)), "Which country is {} from?")
         templates = (asks,)
     else:
-        templates = next((asks for pattern, asks in _WHEN if pattern.search(question)), None)
-        verb = _WHEN_VERB.search(_without_options_text(question, things))
+        templates = next((asks for pattern, asks in _WHEN if pattern.search(asked)), None)
+        verb = _WHEN_VERB.search(asked)
         if templates is None and verb and comparison.measure == "date":
             templates = ("When was {} " + verb.group(1).lower() + "?",)
         if templates is None or comparison.measure == "number":
             return None
-    role = _ROLE.search(_without_options_text(question, things))
+    role = _ROLE.search(asked)
     if role is None:
         return [template.format(thing) for thing in things for template in templates]
     bridges = [f"Who is the {role.group(1).lower()} of {thing}?" for thing in things]

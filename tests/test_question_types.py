@@ -195,6 +195,9 @@ def test_the_last_hop_answers_when_it_asks_what_the_question_asks():
      ["What is the nationality of Leslie Pietrzyk?", "What is the nationality of Marianne Wiggins?"]),
     ("Are Christopher Newton (Criminal) and Frances M. Vega of the same nationality?",
      ["What is the nationality of Christopher Newton (Criminal)?", "What is the nationality of Frances M. Vega?"]),
+    ("Which film has the director who is older, A Better Tomorrow Iii: Love & Death In Saigon or Har Dil Jo Pyar Karega?",
+     ["Who is the director of A Better Tomorrow Iii: Love & Death In Saigon?", "Who is the director of Har Dil Jo Pyar Karega?",
+      "When was #1 born?", "When was #2 born?"]),  # the "Death" of a title asks for no death date
     ("Which mountain is taller, Gasherbrum II or Langtang Ri?", None),  # a number a rule cannot word the question for
     ("Were both Pietro Salini and Domenico Ravenna, born in the same place?", None),  # not a country
     ("Who played in Soulfly, Max Cavalera or Billy Idol?", None),
