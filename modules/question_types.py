@@ -78,14 +78,11 @@ class Decision:
     how: str
 
 
-def _without_options_text(question: str, options) -> str:
+def _without_options(question: str, options) -> str:
+    """The question with its options cut out: their words say nothing about what is compared."""
     for option in options:
         question = question.replace(option, " ")
     return question
-
-
-def _without_options(question: str, options) -> set[str]:
-    return lower_words(_without_options_text(question, options))
 
 
 def comparison_of(question: str) -> Comparison | None:
@@ -97,14 +94,14 @@ def comparison_of(question: str) -> Comparison | None:
     options = tuple(question_options(question, whole_names=True))
     if len(options) != 2:
         return None
-    words = _without_options(question, options)
+    rest = _without_options(question, options)
+    words = lower_words(rest)
     if _LIFESPAN.search(question):
         return Comparison("order", options, most=True, measure="lifespan")
     later, earlier = words & _LATER, words & _EARLIER
     if later or earlier:
         if later and earlier:
             return None
-        rest = _without_options_text(question, options)
         event = "died" if _DIED.search(rest) else "born" if _BORN.search(rest) or (later | earlier) & _AGES else None
         return Comparison("order", options, most=bool(later), ages=bool((later | earlier) & _AGES), event=event)
     more, fewer = words & _MORE, words & _FEWER
@@ -197,7 +194,7 @@ def comparison_plan(question: str) -> list[str] | None:
     things = compared_things(question) if comparison.kind == "same" else comparison.options
     if not things:
         return None
-    asked = _without_options_text(question, things)  # "Love & Death In Saigon" asks for no death date
+    asked = _without_options(question, things)  # "Love & Death In Saigon" asks for no death date
     if comparison.kind == "same":
         asks = next((template for pattern, template in _COUNTRY_OF if pattern.search(asked)), "Which country is {} from?")
         templates = (asks,)

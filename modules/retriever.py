@@ -116,14 +116,16 @@ class HypergraphRetriever(dspy.Module):
         struct = np.where(np.isfinite(to_targets), 1.0 / np.maximum(to_targets, 1.0), 0.0)
         candidate_ids = nodes[candidates]
         cos = self.facts.vectors[candidate_ids] @ query_vector
-        named_entities = self.named_entities(query)
+        no_entities = np.zeros(0, dtype=np.int64)
+        query_entities = self.named_entities(query) if config.entity_weight or config.entity_facts else no_entities
+        named_entities = query_entities if config.entity_weight else no_entities  # the ones whose facts get the bonus
         names_one = np.isin(candidate_ids, self.facts.entity_facts[named_entities].indices) if len(named_entities) else False
         score = config.alpha * cos + (1.0 - config.alpha) * struct + config.entity_weight * names_one
         order = np.lexsort((candidate_ids, -score))
         top = [self._scored(candidate_ids[k], cos[k], struct[k], score[k]) for k in order[: config.top_k]]
         ranked_ids = candidate_ids[order]
         if config.entity_facts:
-            led = self.entity_led(query, query_vector, np.union1d(frontier, ranked_ids[: config.top_k]), config.entity_facts)
+            led = self.entity_led(query_entities, query_vector, np.union1d(frontier, ranked_ids[: config.top_k]), config.entity_facts)
             top += led
             led_ids = np.array([fact.id for fact in led], dtype=np.int64)
             ranked_ids = np.concatenate([ranked_ids[: config.top_k], led_ids, ranked_ids[config.top_k:][~np.isin(ranked_ids[config.top_k:], led_ids)]])
@@ -142,12 +144,9 @@ class HypergraphRetriever(dspy.Module):
         passages = unique_in_order(self.facts.passage[ranked_ids])
         return dspy.Prediction(facts=top, frontier=new_frontier, ranked_ids=ranked_ids, passages=passages, trace=trace)
 
-    def entity_led(self, query: str, query_vector: np.ndarray, exclude: np.ndarray, n: int) -> list[ScoredFact]:
-        """The n facts nearest the query (cosine, ties by id) among the facts that name an entity
-        the query names, other than `exclude`; scored as a candidate with struct 0 and the bonus."""
-        if self.name_entities is None or self.facts.entity_facts is None:
-            return []
-        entities = np.unique(np.asarray(self.name_entities(query), dtype=np.int64))
+    def entity_led(self, entities: np.ndarray, query_vector: np.ndarray, exclude: np.ndarray, n: int) -> list[ScoredFact]:
+        """The n facts nearest the query (cosine, ties by id) among the facts that name one of the
+        query's `entities`, other than `exclude`; scored as a candidate with struct 0 and the bonus."""
         if not len(entities):
             return []
         ids = np.setdiff1d(self.facts.entity_facts[entities].indices, exclude)
@@ -156,8 +155,9 @@ class HypergraphRetriever(dspy.Module):
         return [self._scored(ids[k], cos[k], 0.0, config.alpha * cos[k] + config.entity_weight) for k in np.lexsort((ids, -cos))[:n]]
 
     def named_entities(self, query: str) -> np.ndarray:
-        """The entities the query names, when their facts get a bonus (distinct ids, sorted)."""
-        if self.name_entities is None or self.facts.entity_facts is None or self.config.entity_weight == 0.0:
+        """The entities the query names (distinct ids, sorted); none without a namer or the
+        entities' facts to look them up in."""
+        if self.name_entities is None or self.facts.entity_facts is None:
             return np.zeros(0, dtype=np.int64)
         return np.unique(np.asarray(self.name_entities(query), dtype=np.int64))
 

@@ -105,10 +105,11 @@ def contained(answer: str, texts: Sequence[str], countries: bool = False) -> boo
     words = content_words(answer)
     if not words or words <= {"yes", "no"}:
         return True
-    if words <= content_words(" ".join(texts)):
+    joined = " ".join(texts)
+    if words <= content_words(joined):
         return True
     named = countries_named(answer) if countries else frozenset()
-    return bool(named) and named <= countries_named(" ".join(texts))
+    return bool(named) and named <= countries_named(joined)
 
 
 def named_spans(text: str) -> list[str]:
