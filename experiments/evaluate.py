@@ -45,17 +45,19 @@ def check_results_folder(out: Path) -> None:
 
 def run_evaluation(config: HyperProveConfig, runtime=None, tags: dict | None = None,
                    check_index: Callable[[dict | None], None] | None = None, log: Callable[[str], None] = print,
-                   track: Track | None = None) -> dict:
+                   track: Track | None = None, make_runtime: Callable | None = None) -> dict:
     """Evaluate the configured systems; `check_index` sees the index manifest before any question,
     `track` the finished result files before they are moved into place (`optimize.tracking`
-    logs them to MLflow). Returns {"retrievers": {system: summary}, "out": folder, "mlflow_run": id or None}."""
+    logs them to MLflow). With `cluster.ray`, the LM systems' questions are answered by Ray
+    workers, each with `make_runtime(config)` (default `Runtime`) at its LM endpoint, and no LM is
+    started here. Returns {"retrievers": {system: summary}, "out": folder, "mlflow_run": id or None}."""
     from experiments.data import load_questions
-    from experiments.harness import PASSAGE_LEVEL, Workbench, evaluate_systems, parse_systems, write_results
+    from experiments.harness import PASSAGE_LEVEL, evaluate_systems, parse_systems, write_results
     from pipeline.corpus import load_corpus
     from pipeline.files import atomic_directory
     from pipeline.index_store import cached_index, load_index, read_manifest
-    from pipeline.lm_record import read_record
-    from pipeline.program import load_compiled, program_for
+    from pipeline.lm_record import CallRecord, read_record
+    from pipeline.program import program_for
     from pipeline.provenance import git_state
     from pipeline.runtime import Runtime
 
@@ -65,6 +67,10 @@ def run_evaluation(config: HyperProveConfig, runtime=None, tags: dict | None = N
     source = git_state()  # the code that runs: taken now, not when a long run ends
     names = parse_systems(run.retrievers)
     with_lm = run.decomposition == "lm"
+    if with_lm and config.cluster.ray is not None:
+        from pipeline.cluster import ray_module
+
+        ray_module()  # the extra is missing: say so before any work
     out = results_folder(config)
     check_results_folder(out)
     passages = load_corpus(run.corpus)
@@ -73,7 +79,8 @@ def run_evaluation(config: HyperProveConfig, runtime=None, tags: dict | None = N
         program_for(None, config)  # a compiled program that does not load fails now, not after the run
     runtime = runtime or Runtime(config)
     embedder = runtime.embedder
-    session = runtime.session if with_lm else None  # an index still to extract with the LM starts it itself
+    on_ray = with_lm and config.cluster.ray is not None
+    session = runtime.session if with_lm and not on_ray else None  # an index still to extract with the LM starts it itself
     index_directory: Path | None = None  # where the index used lives, for its manifest
 
     def load():
@@ -81,16 +88,11 @@ def run_evaluation(config: HyperProveConfig, runtime=None, tags: dict | None = N
         if run.index:
             index_directory = Path(run.index)
             return load_index(run.index, expect=config.index)
-        index, index_directory = cached_index(passages, config, runtime, log)
+        index, index_directory = cached_index(passages, config, runtime, log, make_runtime)
         return index
 
-    bench = Workbench(
-        passages, config, embedder, load,
-        make_program=(lambda index: program_for(index.retriever(config.retriever, embedder.encode_query), config)) if with_lm else None,
-        prepare_reader=lambda module: load_compiled(module, config.program.compiled),
-        needs_index=bool(run.index) or any(name not in PASSAGE_LEVEL for name in names),
-        index_label=f"{run.index} (for {run.corpus})" if run.index else "the cached index",
-    )
+    bench = make_workbench(config, passages, embedder, load, needs_index=bool(run.index) or any(name not in PASSAGE_LEVEL for name in names),
+                           index_label=f"{run.index} (for {run.corpus})" if run.index else "the cached index")
     index_manifest = None
     if bench.needs_index:  # build or load it now, outside the per-question timing
         index = bench.index
@@ -99,12 +101,14 @@ def run_evaluation(config: HyperProveConfig, runtime=None, tags: dict | None = N
         check_index(index_manifest)
     embedder.load()
     embedder.encode_query("warm-up")  # the first call pays one-off set-up costs, not a system
-    lm_id = session.id if session else None
+    if on_ray:  # the workers' calls come back to this record
+        lm_id, record = runtime.lm_id, CallRecord(replaying=read_record(config.lm.replay) if config.lm.replay else None)
+    else:
+        lm_id, record = (session.id, session.record) if session else (None, None)
     header = results_header(config, len(questions), lm_id, source)
     partial = partial_folder(out)
     check_results_folder(partial)
     finished, earlier = load_finished(partial, header, names)
-    record = session.record if session else None
     if finished:
         log(f"resuming: {', '.join(finished)} finished earlier, kept in {partial}/")
         header["resumed"] = {"systems": list(finished), **{key: earlier[key] for key in ("git_commit", "git_dirty") if key in earlier}}
@@ -115,9 +119,23 @@ def run_evaluation(config: HyperProveConfig, runtime=None, tags: dict | None = N
         with atomic_directory(partial) as scratch:
             write_results(scratch, {**header, "complete": False}, results, record)
 
-    results = evaluate_systems(names, questions, bench, run.decomposition, run.read, session.profile.snapshot if session else dict,
-                               finished=finished, on_result=keep, trace=runtime.question_trace if track is not None else None)
-    lm_tags = {"hyperprove.lm": lm_id} if session else {}
+    answer = None
+    if on_ray:
+        from experiments.distributed import RayAnswerer
+
+        if bench.needs_index and index_directory is None:
+            raise HyperProveError("--ray: the workers load the index from its folder, and this one was not saved (extraction "
+                                  "fell back on some passages); build it with `hyperprove index CORPUS --out DIR` and pass --index DIR")
+        answer = RayAnswerer(config, index_directory if bench.needs_index else None, make_runtime or Runtime, record, log)
+        log(f"answering on Ray ({config.cluster.ray}): {answer.describe()}")
+    try:
+        results = evaluate_systems(names, questions, bench, run.decomposition, run.read, session.profile.snapshot if session else dict,
+                                   finished=finished, on_result=keep, trace=runtime.question_trace if track is not None else None,
+                                   answer=answer)
+    finally:
+        if answer is not None:
+            answer.close()
+    lm_tags = {"hyperprove.lm": lm_id} if with_lm else {}
     outcome = record_evaluation(config, results, out, header, index_manifest, {**source, **lm_tags, **(tags or {})}, log, track,
                                 pages=(questions, [passage.title for passage in passages]), record=record)
     shutil.rmtree(partial, ignore_errors=True)
@@ -125,6 +143,21 @@ def run_evaluation(config: HyperProveConfig, runtime=None, tags: dict | None = N
         outcome["traces"] = runtime.traces.close(outcome["mlflow_run"])
         log(f"{outcome['traces']} question traces in the run's experiment")
     return outcome
+
+
+def make_workbench(config: HyperProveConfig, passages, embedder, load_index: Callable | None, needs_index: bool, index_label: str):
+    """The `Workbench` of an evaluation: with the LM, programs over its index's retriever and
+    readers with the compiled prompts loaded (a Ray worker builds the same one)."""
+    from experiments.harness import Workbench
+    from pipeline.program import load_compiled, program_for
+
+    with_lm = config.evaluation.decomposition == "lm"
+    return Workbench(
+        passages, config, embedder, load_index,
+        make_program=(lambda index: program_for(index.retriever(config.retriever, embedder.encode_query), config)) if with_lm else None,
+        prepare_reader=lambda module: load_compiled(module, config.program.compiled),
+        needs_index=needs_index, index_label=index_label,
+    )
 
 
 def partial_folder(out: Path) -> Path:
@@ -135,12 +168,16 @@ def partial_folder(out: Path) -> Path:
 
 def resumable(header: dict) -> dict:
     """What an interrupted run and its resumption must share: everything but the time, the code
-    version, the list of systems and where MLflow logs. A setting added to the code since the
-    interrupted run counts with the value that run went without it (`HyperProveConfig.from_record`)."""
+    version, the list of systems, the description, where it ran and where MLflow logs. A setting
+    added to the code since the interrupted run counts with the value that run went without it
+    (`HyperProveConfig.from_record`)."""
     config = HyperProveConfig.from_record(header["config"]).to_dict()
     config["evaluation"].pop("retrievers", None)
+    config["evaluation"].pop("description", None)
+    config.pop("cluster", None)  # a run interrupted here may resume on Ray, and back
     config.pop("tracking", None)
-    kept = {key: value for key, value in header.items() if key not in ("finished", "git_commit", "git_dirty", "systems", "complete", "resumed", "lm_calls")}
+    kept = {key: value for key, value in header.items()
+            if key not in ("finished", "git_commit", "git_dirty", "systems", "complete", "resumed", "lm_calls", "description")}
     return {**kept, "config": config}
 
 

@@ -157,6 +157,9 @@ class SystemResult:
     rows: list[dict] = field(default_factory=list)
 
 
+Answerer = Callable[..., tuple[dict, list[dict]]]  # (system, questions, sub-queries, program passages, progress) -> (summary, rows)
+
+
 def evaluate_systems(
     names: Sequence[str],
     questions: Sequence[Question],
@@ -168,11 +171,13 @@ def evaluate_systems(
     finished: dict[str, SystemResult] | None = None,
     on_result: Callable[[dict[str, SystemResult]], None] | None = None,
     trace: Callable | None = None,
+    answer: Answerer | None = None,
 ) -> dict[str, SystemResult]:
     """Run each system on the questions; results in the order the names were given. Systems in
     `finished` (an interrupted run's) are taken as they are; `on_result` sees the results so far
     after each system, so a long run can keep them; every question that calls the LM runs in
-    `trace(question, system)` (`Runtime.question_trace`) when one is given."""
+    `trace(question, system)` (`Runtime.question_trace`) when one is given. `answer` answers the
+    LM systems' questions elsewhere (`experiments.distributed.RayAnswerer`); by default, here."""
     from experiments.qa import evaluate_program
 
     if decomposition not in ("gold", "lm"):
@@ -195,16 +200,12 @@ def evaluate_systems(
         bench.embedder.forget_queries()  # each system's timing includes embedding its own queries
         if name in (finished or {}):
             summary, rows = finished[name].summary, finished[name].rows
-        elif name == "hyperprove" and decomposition == "lm":
-            summary, rows = evaluate_program(questions, bench.program(), lm_usage, progress=label, trace=trace, system=name)
-        elif read and decomposition == "lm":
-            if name == "dense-iterative":
-                search = _iterative_search(bench.dense, sub_queries)
-            elif name == "hyperprove-passages":
-                search = lambda question: program_passages.get(question, [])  # noqa: E731 - the program's own top passages
+        elif decomposition == "lm" and (name == "hyperprove" or read):
+            if answer is not None:
+                summary, rows = answer(name, questions, sub_queries, program_passages, label)
             else:
-                search = bench.search(name)
-            summary, rows = evaluate_program(questions, bench.reader(search), lm_usage, progress=label, trace=trace, system=name)
+                system = lm_system(bench, name, sub_queries, program_passages)
+                summary, rows = evaluate_program(questions, system, lm_usage, progress=label, trace=trace, system=name)
         else:
             summary, rows = evaluate_ranker(questions, _ranker(bench, name, decomposition, sub_queries), progress=label)
         if name == "hyperprove" and decomposition == "lm":  # what the systems after the program read
@@ -218,6 +219,21 @@ def evaluate_systems(
         if on_result is not None:
             on_result(results)
     return {name: results[name] for name in names}
+
+
+def lm_system(bench: Workbench, name: str, sub_queries: dict[str, list[str]], program_passages: dict[str, list[int]]):
+    """What a system answers with under the LM: the program (`hyperprove`), or the final reader
+    over the system's top passages; `dense-iterative` searches the program's sub-queries and
+    `hyperprove-passages` takes the program's passages (both keyed by the question's text)."""
+    if name == "hyperprove":
+        return bench.program()
+    if name == "dense-iterative":
+        search = _iterative_search(bench.dense, sub_queries)
+    elif name == "hyperprove-passages":
+        search = lambda question: program_passages.get(question, [])  # noqa: E731 - the program's own top passages
+    else:
+        search = bench.search(name)
+    return bench.reader(search)
 
 
 def iterative_dense(dense: DensePassageSearch, queries: Sequence[str]) -> list[int]:

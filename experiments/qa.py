@@ -2,7 +2,7 @@
 passages + the same reader as its baseline; EM, F1, Recall@k, LM calls and seconds per question.
 
 One question never stops a batch: an exception is recorded in that question's row (its answer
-counts as wrong) and the run goes on.
+counts as wrong) and the run goes on; an LM that cannot answer at all (`LM_UNAVAILABLE`) stops it.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from experiments.metrics import exact_match, f1_score, mean_percent, recall_at_k
 from modules.errors import HyperProveError
 from modules.facts import Passage
 from modules.steps import AnswerGenerator, evidence_line
+from pipeline.lm import LM_UNAVAILABLE
 from pipeline.lm_record import asking
 from pipeline.pages import reached_passages
 from pipeline.runtime import no_trace
@@ -85,43 +86,57 @@ def evaluate_program(
     trace: Callable | None = None,
     system: str = "hyperprove",
 ) -> tuple[dict, list[dict]]:
-    """Run the program on every question; mean EM/F1 (0-100), Recall@k, seconds, and what the LM
-    steps cost each (`lm_usage()` is a `pipeline.lm_profile.LMProfile` snapshot: step -> StepCost).
-    `trace(question, system)` (`Runtime.question_trace`) is the context each question runs in:
-    its MLflow trace, tagged with the question's gold and scores."""
+    """Run the program on every question (`answer_row`), then `summarize` the rows."""
     from tqdm import tqdm
-
-    from pipeline.lm_profile import profile_delta
 
     if not questions:
         raise HyperProveError("no questions to evaluate")
     rows = []
-    for question in tqdm(questions, desc=progress, unit="question", disable=progress is None):
-        usage_before, started = lm_usage(), time.perf_counter()
-        row = {"id": question.id, "question": question.question, "gold_answer": question.answer}
-        with (trace or no_trace)(question.question, system) as finish, asking(system, question.id):
-            try:
-                prediction = program(question.question)
-                row.update(answer=prediction.answer, passages=list(prediction.passages)[: max(ks)],
-                           chain=prediction.chain, fallbacks=prediction.fallbacks,
-                           retrieval_seconds=round(float(prediction.get("retrieval_seconds", 0.0)), 6))
-                if prediction.get("by_rule"):
-                    row["by_rule"] = prediction.by_rule
-                if prediction.get("planned_by_rule"):
-                    row["planned_by_rule"] = True
-            except Exception as error:  # noqa: BLE001 - one question must not stop the batch
-                row.update(answer="", passages=[], chain=[], fallbacks=[], error=f"{type(error).__name__}: {error}")
-            golds = [question.answer, *question.answer_aliases]
-            row["em"] = float(exact_match(row["answer"], golds))
-            row["f1"] = float(f1_score(row["answer"], golds))
-            if question.gold_passages:
-                row.update({f"recall@{k}": recall_at_k(row["passages"], question.gold_passages, k) for k in ks})
-            finish(row["answer"], row["fallbacks"], trace_tags(question, row))
-        row["seconds"] = round(time.perf_counter() - started, 3)
-        steps = profile_delta(lm_usage(), usage_before)
-        row["lm_calls"] = sum(cost.calls for cost in steps.values())
-        row["lm_steps"] = {step: {**asdict(cost), "seconds": round(cost.seconds, 3)} for step, cost in steps.items()}
-        rows.append(row)
+    with tqdm(questions, desc=progress, unit="question", disable=progress is None) as bar:  # closed (its line ended) before any error
+        for question in bar:
+            rows.append(answer_row(question, program, lm_usage, ks, trace, system))
+    return summarize(rows, ks), rows
+
+
+def answer_row(question: Question, program: Callable[[str], dspy.Prediction], lm_usage: Callable[[], dict] = dict,
+               ks: Sequence[int] = (2, 5), trace: Callable | None = None, system: str = "hyperprove") -> dict:
+    """One question's row: answer, ranked passages, chain, EM/F1, Recall@k, seconds, and what the
+    LM steps cost (`lm_usage()` is a `pipeline.lm_profile.LMProfile` snapshot: step -> StepCost).
+    `trace(question, system)` (`Runtime.question_trace`) is the context the question runs in: its
+    MLflow trace, tagged with the question's gold and scores."""
+    from pipeline.lm_profile import profile_delta
+
+    usage_before, started = lm_usage(), time.perf_counter()
+    row = {"id": question.id, "question": question.question, "gold_answer": question.answer}
+    with (trace or no_trace)(question.question, system) as finish, asking(system, question.id):
+        try:
+            prediction = program(question.question)
+            row.update(answer=prediction.answer, passages=list(prediction.passages)[: max(ks)],
+                       chain=prediction.chain, fallbacks=prediction.fallbacks,
+                       retrieval_seconds=round(float(prediction.get("retrieval_seconds", 0.0)), 6))
+            if prediction.get("by_rule"):
+                row["by_rule"] = prediction.by_rule
+            if prediction.get("planned_by_rule"):
+                row["planned_by_rule"] = True
+        except LM_UNAVAILABLE:
+            raise
+        except Exception as error:  # noqa: BLE001 - one question must not stop the batch
+            row.update(answer="", passages=[], chain=[], fallbacks=[], error=f"{type(error).__name__}: {error}")
+        golds = [question.answer, *question.answer_aliases]
+        row["em"] = float(exact_match(row["answer"], golds))
+        row["f1"] = float(f1_score(row["answer"], golds))
+        if question.gold_passages:
+            row.update({f"recall@{k}": recall_at_k(row["passages"], question.gold_passages, k) for k in ks})
+        finish(row["answer"], row["fallbacks"], trace_tags(question, row))
+    row["seconds"] = round(time.perf_counter() - started, 3)
+    steps = profile_delta(lm_usage(), usage_before)
+    row["lm_calls"] = sum(cost.calls for cost in steps.values())
+    row["lm_steps"] = {step: {**asdict(cost), "seconds": round(cost.seconds, 3)} for step, cost in steps.items()}
+    return row
+
+
+def summarize(rows: Sequence[dict], ks: Sequence[int] = (2, 5)) -> dict:
+    """The table row of a system: mean EM/F1 (0-100), Recall@k, LM calls, tokens and seconds per question."""
     summary = {
         "n": len(rows),
         "em": mean_percent(rows, "em"),
@@ -141,4 +156,4 @@ def evaluate_program(
         summary["answered_by_rule"] = sum("by_rule" in r for r in rows)
     if any("planned_by_rule" in r for r in rows):
         summary["planned_by_rule"] = sum("planned_by_rule" in r for r in rows)
-    return summary, rows
+    return summary

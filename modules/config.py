@@ -60,6 +60,8 @@ def refusal(cls, section: str, error: ValidationError, given: dict) -> HyperProv
     if problem["type"] in ("greater_than_equal", "less_than_equal"):
         low, high = _bounds(cls, name)
         return HyperProveError(f"{section} config: {name}={short_repr(value)} must lie in [{low}, {high}]")
+    if problem["type"] == "value_error":  # a field's own validator: its message says what is wrong
+        return HyperProveError(f"{section} config: {str(problem['msg']).removeprefix('Value error, ')}")
     annotation = typing.get_type_hints(cls)[name]
     return HyperProveError(f"{section} config: {name}={short_repr(value)} must be {_kind(annotation)}")
 

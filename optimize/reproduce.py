@@ -134,7 +134,9 @@ def rerun_config(recorded: dict, label: str, tracking: TrackingConfig, out: str,
     folder, replaying the run's recorded LM calls where it has them. A recorded LM endpoint that the
     rerun would call (no record, or `live`) is refused unless `trust_record`; a strict replay calls no LM."""
     results = recorded["results"]
-    config = HyperProveConfig.from_record(results["config"], source=label)
+    # in one process here, whatever cluster the run was answered on: its metrics are the same
+    values = {key: value for key, value in results["config"].items() if key != "cluster"}
+    config = HyperProveConfig.from_record(values, source=label)
     local = HyperProveConfig()
     replay = recorded["lm_calls"]
     if not trust_record:
@@ -142,8 +144,9 @@ def rerun_config(recorded: dict, label: str, tracking: TrackingConfig, out: str,
         if named and (replay is None or live):
             raise HyperProveError(f"{label} names {named}; reproducing it would send every question (and your API key) "
                                   "there: check the record, then pass --trust-record")
-        lm = {"local_model_dir": local.lm.local_model_dir, **({"api_base": None} if named else {})}
-        config = config.with_overrides(lm=lm, cache_dir=local.cache_dir)
+        values = config.to_dict()  # (`with_overrides` keeps a field it is given None for)
+        values["lm"].update(local_model_dir=local.lm.local_model_dir, **({"api_base": None} if named else {}))
+        config = HyperProveConfig.from_dict({**values, "cache_dir": local.cache_dir}, source=label)
     if config.program.compiled and not results.get("program_sha256"):
         raise HyperProveError(f"{label}: its config names a compiled program but the record has no program_sha256")
     return config.with_overrides(

@@ -6,15 +6,15 @@
 - The study records what it optimises when it is created (objective, ranges, seed, the data's
   checksums, the fixed settings) and refuses a run with a different setting, which would
   otherwise mix two experiments and report the wrong best.
-- Trial seeds come from the trial's place in the study: a trial samples with `seed + place`,
-  where place counts the trials before it that did not fail. So two workers on one study never
-  draw the same parameters, and a worker resumed after a kill asks what an uninterrupted one
-  would have asked.
+- Trial seeds come from the trial's place in the study: a trial samples with `seed + draw`,
+  where draw counts the trials before it that drew parameters of their own (`draw`). So two
+  workers on one study never draw the same parameters, and a worker resumed after a kill asks
+  what an uninterrupted one would have asked.
 - Workers stop at `trials` finished trials in total: a trial that finds that many finished or
   running trials ahead of it is surplus, marked failed, and ends its worker.
-- A trial interrupted by Ctrl-C or a kill is failed, and its parameters are asked again first
-  by the next run. Running trials of a process that no longer exists on this machine are failed
-  when a run starts; those of other machines when their Optuna heartbeat stops.
+- A trial interrupted by Ctrl-C or a kill is failed, and its parameters are asked again next, by
+  this run or another worker. Running trials of a process that no longer exists on this machine
+  are failed when a run or a trial starts; those of other machines when their Optuna heartbeat stops.
 - Each trial scores the questions in chunks and reports the running mean after each chunk, so
   the pruner can stop a poor trial early; trial 0 of a new study is the configured retriever, and
   ties on the objective are broken by its partner metric.
@@ -46,13 +46,18 @@ GRACE_SECONDS = 90  # ... and is failed as stale when its last one is older than
 SETTING = "hyperprove.setting"  # study attribute: what the study optimises
 RETRIED = "hyperprove.retried"  # study attribute: failed trials whose parameters were asked again
 WORKER = "hyperprove.worker"  # trial attribute: the host and process that ran it
-SURPLUS = "hyperprove.surplus"  # trial attribute: started after the study was full
+SURPLUS = "hyperprove.surplus"  # trial attribute: started after the study was full, or asked what another trial asks
+AGAIN = "hyperprove.asked_again"  # trial attribute: the failed trial whose parameters this one asks again
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 TIE_WEIGHT = 0.001  # of the tie-break metric (0-100) in a trial's value: at most 0.1
 
 
 class Surplus(Exception):
     """This trial would take the study past its number of trials."""
+
+
+class AskedTwice(Exception):
+    """This trial's fixed parameters are another's (two workers starting at once both enqueued them)."""
 
 
 def suggest(trial, sweep: SweepConfig) -> dict:
@@ -96,7 +101,10 @@ def open_study(sweep: SweepConfig, setting: dict | None = None):
     try:
         with warnings.catch_warnings():  # heartbeats are "experimental" in Optuna's words
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            storage = optuna.storages.RDBStorage(sweep.storage, heartbeat_interval=HEARTBEAT_SECONDS, grace_period=GRACE_SECONDS)
+            # a trial whose heartbeat stopped (its worker died on another machine) is failed by
+            # whichever worker notices first, and only that one asks it again
+            storage = optuna.storages.RDBStorage(sweep.storage, heartbeat_interval=HEARTBEAT_SECONDS, grace_period=GRACE_SECONDS,
+                                                 heartbeat_stale_trial_callback=lambda study, trial: ask_again(study, [trial.number]))
         study = optuna.create_study(storage=storage, study_name=sweep.study, direction="maximize", load_if_exists=True,
                                     sampler=optuna.samplers.TPESampler(seed=sweep.seed), pruner=RunningMedianPruner())
     except Exception as error:  # noqa: BLE001 - a bad URL or an unreachable store is one line for the user
@@ -133,6 +141,25 @@ def place(study, trial) -> int:
     return sum(t.number < trial.number for t in ahead)
 
 
+def asked_before(study, trial) -> int | None:
+    """The earlier trial (waiting, running or finished) whose parameters this enqueued trial fixes, if any."""
+    trials = study.get_trials(deepcopy=False)
+    fixed = next(t for t in trials if t.number == trial.number).system_attrs.get("fixed_params")
+    if not fixed:
+        return None
+    return next((other.number for other in trials if other.number < trial.number and other.state in (*FINISHED, TrialState.RUNNING, TrialState.WAITING)
+                 and other.system_attrs.get("fixed_params", other.params) == fixed), None)
+
+
+def draw(study, trial) -> int:
+    """The trial's seed offset: how many trials before it drew parameters of their own (all but the
+    surplus ones and the failed trials asked again). A failed trial keeps its draw and its re-ask
+    takes none, so two workers never draw with one seed (whatever fails meanwhile), and a sweep
+    resumed after a kill draws what an uninterrupted one would have."""
+    return sum(t.number < trial.number and AGAIN not in t.user_attrs and not t.user_attrs.get(SURPLUS)
+               for t in study.get_trials(deepcopy=False))
+
+
 def fail_abandoned(study) -> list[int]:
     """Fail the running trials of processes on this machine that no longer exist (a kill leaves
     them running forever otherwise); returns their numbers."""
@@ -149,16 +176,34 @@ def fail_abandoned(study) -> list[int]:
 
 
 def ask_again_interrupted(study) -> list[int]:
-    """Enqueue the parameters of every failed trial not yet asked again (surplus trials aside),
+    """Ask again the parameters of every failed trial not yet asked again (surplus trials aside),
     so that an interrupted sweep repeats the trial it lost; returns their numbers."""
     retried = set(study.user_attrs.get(RETRIED, []))
-    again = [t for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
-             if t.number not in retried and not t.user_attrs.get(SURPLUS) and t.params]
-    for trial in again:
-        study.enqueue_trial(dict(trial.params))
+    return ask_again(study, [t.number for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
+                             if t.number not in retried and not t.user_attrs.get(SURPLUS) and asked(t)])
+
+
+def asked(trial) -> dict:
+    """The parameters a trial ran with, or was to run with (an enqueued trial killed before it began)."""
+    return dict(trial.params or trial.system_attrs.get("fixed_params") or {})
+
+
+def ask_again(study, numbers: Sequence[int]) -> list[int]:
+    """Enqueue the parameters of these failed trials, each unless a waiting, running or finished
+    trial already holds them (another worker asked it again first); returns those enqueued."""
+    trials = {t.number: t for t in study.get_trials(deepcopy=False)}
+    held = {json.dumps(t.system_attrs.get("fixed_params", t.params), sort_keys=True)
+            for t in trials.values() if t.state in (*FINISHED, TrialState.RUNNING, TrialState.WAITING)}
+    again = []
+    for number in numbers:
+        params = asked(trials[number])
+        if params and (key := json.dumps(params, sort_keys=True)) not in held:
+            study.enqueue_trial(params, user_attrs={AGAIN: number})
+            held.add(key)
+            again.append(number)
     if again:
-        study.set_user_attr(RETRIED, sorted(retried | {t.number for t in again}))
-    return [t.number for t in again]
+        study.set_user_attr(RETRIED, sorted(set(study.user_attrs.get(RETRIED, [])) | set(again)))
+    return again
 
 
 def trial_scores(sweep: SweepConfig, rows: Sequence[dict]) -> dict[str, float]:
@@ -195,18 +240,22 @@ def run_trials(
     fail_abandoned(study)
     if start and not study.trials:
         study.enqueue_trial(start, skip_if_exists=True)
-    remaining = sweep.trials - finished_trials(study)
-    if remaining > 0:
+    if finished_trials(study) < sweep.trials:
         ask_again_interrupted(study)
 
     def objective(trial) -> float:
         trial.set_user_attr(WORKER, {"host": socket.gethostname(), "pid": os.getpid()})
+        ask_again(study, fail_abandoned(study))  # a worker killed meanwhile: its trial fails now and is asked again next
+        if (twin := asked_before(study, trial)) is not None:
+            trial.set_user_attr(SURPLUS, True)
+            raise AskedTwice(f"trial {twin} holds the same parameters")
         ahead = place(study, trial)
         if ahead >= sweep.trials:
             trial.set_user_attr(SURPLUS, True)
+            full.append(trial.number)
             study.stop()
             raise Surplus(f"the study already holds {ahead} finished or running trials")
-        study.sampler = optuna.samplers.TPESampler(seed=sweep.seed + ahead)  # sampling happens at suggest time
+        study.sampler = optuna.samplers.TPESampler(seed=sweep.seed + draw(study, trial))  # sampling happens at suggest time
         params = suggest(trial, sweep)
         rows: list[dict] = []
         for step, first in enumerate(range(0, len(questions), sweep.chunk)):
@@ -228,8 +277,9 @@ def run_trials(
         if finished_trials(study) >= sweep.trials:
             study.stop()
 
-    if remaining > 0:
-        study.optimize(objective, n_trials=remaining, show_progress_bar=progress, catch=(Surplus,), callbacks=[stop_when_full])
+    full: list[int] = []  # a surplus trial: the others fill the study
+    while (left := sweep.trials - finished_trials(study)) > 0 and not full:  # again after a skipped copy took a turn
+        study.optimize(objective, n_trials=left, show_progress_bar=progress, catch=(Surplus, AskedTwice), callbacks=[stop_when_full])
     return study
 
 

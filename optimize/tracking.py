@@ -13,7 +13,6 @@ connection and the per-question traces live in `pipeline.tracing`.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
 import platform
@@ -26,6 +25,7 @@ from pathlib import Path
 
 from modules.errors import HyperProveError, first_line
 from pipeline.files import process_alive
+from pipeline.serving import check_host, is_loopback, stop_signals, stopped_by
 from pipeline.tracing import connect, experiment_id, make_sqlite_folder
 
 PACKAGES = ("dspy", "mlflow", "optuna", "faiss-cpu", "sentence-transformers", "torch", "numpy", "scipy", "xllamacpp", "bm25s")
@@ -143,15 +143,6 @@ def evaluation_tracker(config, log=print):
     return track
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
 def ui_command(tracking, host: str = "127.0.0.1", port: int = 5000, allow_remote: bool = False) -> tuple[list[str], dict[str, str]]:
     """The `mlflow server` command line (and its environment) for a lean UI over the store:
     one worker, no job execution, bound to loopback unless `allow_remote` says otherwise, and no
@@ -161,9 +152,7 @@ def ui_command(tracking, host: str = "127.0.0.1", port: int = 5000, allow_remote
     another interface, anyone who reaches it reads and writes every run."""
     import sys
 
-    if not is_loopback(host) and not allow_remote:
-        raise HyperProveError(f"--host {host}: would serve the tracking store, unauthenticated, beyond this machine; "
-                              "add --allow-remote if that is what you want")
+    check_host(host, allow_remote, "the tracking store")
     make_sqlite_folder(tracking.uri)
     command = [
         sys.executable, "-m", "mlflow", "server",
@@ -173,9 +162,6 @@ def ui_command(tracking, host: str = "127.0.0.1", port: int = 5000, allow_remote
         "--host", host, "--port", str(port), "--workers", "1",
     ]
     return command, {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-
-
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def stop_process_group(process: subprocess.Popen, grace: float = 10.0) -> int:
@@ -208,24 +194,16 @@ def serve_ui(tracking, host: str = "127.0.0.1", port: int = 5000, allow_remote: 
         log(f"warning: the tracking store is served on {host}:{port} without authentication: "
             "anyone who can reach this machine there can read and change every run")
     log(f"MLflow UI over {tracking.uri} at {url} (Ctrl-C stops it)")
-    stopped: list[int] = []
-
-    def stop(number, frame):
-        stopped.append(number)
-        raise KeyboardInterrupt
-
-    previous = {number: signal.signal(number, stop) for number in STOP_SIGNALS}
-    server = subprocess.Popen(command, env={**os.environ, **env}, start_new_session=True)
-    try:
-        code = server.wait()
-    except KeyboardInterrupt:
-        code = None
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
-        stop_process_group(server)
+    with stop_signals() as received:
+        server = subprocess.Popen(command, env={**os.environ, **env}, start_new_session=True)
+        try:
+            code = server.wait()
+        except KeyboardInterrupt:
+            code = None
+        finally:
+            stop_process_group(server)
     if code is None:
-        log(f"MLflow UI stopped ({signal.Signals(stopped[0]).name if stopped else 'SIGINT'}), with every process it started")
+        log(f"MLflow UI stopped ({stopped_by(received)}), with every process it started")
     elif code not in (0, -15, 130):
         raise HyperProveError(f"the MLflow server exited with status {code} (is port {port} free?)")
     return {"url": url, "tracking_uri": tracking.uri}

@@ -12,7 +12,6 @@ import argparse
 import dataclasses
 import importlib
 import json
-import os
 import sys
 import types
 import typing
@@ -22,16 +21,6 @@ from modules.config import TUNABLES
 from modules.errors import HyperProveError, UnrecordedCall, first_line
 from pipeline.config import _SECTIONS, ADAPTERS, BRIDGE_REWRITES, EXTRACTORS, READER_EVIDENCE, HyperProveConfig
 
-# Third-party settings the command line fixes for every command: no reaching for the network at
-# import or first use, and no progress bars of MLflow's own between ours.
-LIBRARY_DEFAULTS = {
-    "HF_HUB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-    "TOKENIZERS_PARALLELISM": "false",
-    "MLFLOW_ENABLE_ASYNC_TRACE_LOGGING": "false",
-    "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
-}
 LM_ERROR_MODULES = {"litellm", "openai", "httpx", "httpcore"}  # besides DSPy's own LMError
 
 TOP_LEVEL = "cache_dir"  # the one config field outside a section
@@ -88,11 +77,12 @@ def cmd_index(args, make_runtime) -> dict:
     if args.add or args.delete:
         if args.corpus or args.out or not args.into or (args.add and args.delete):
             raise HyperProveError("index --add NEW.json or --delete IDS.json (one of them) takes --into DIR (the index to change), and no corpus or --out")
-        change = add_to_index if args.add else delete_from_index
-        return change(args.add or args.delete, args.into, config, make_runtime(config))
+        if args.delete:
+            return delete_from_index(args.delete, args.into, config, make_runtime(config))
+        return add_to_index(args.add, args.into, config, make_runtime(config), make_runtime=make_runtime)
     if not args.corpus or not args.out or args.into:
         raise HyperProveError("index: give a corpus and --out DIR (or --add NEW.json / --delete IDS.json --into DIR to change an index)")
-    return index_corpus(args.corpus, args.out, config, make_runtime(config))
+    return index_corpus(args.corpus, args.out, config, make_runtime(config), make_runtime=make_runtime)
 
 
 def cmd_ask(args, make_runtime) -> dict:
@@ -126,7 +116,7 @@ def cmd_evaluate(args, make_runtime) -> dict:
     from optimize.tracking import evaluation_tracker
 
     config = build_config(args)
-    return run_evaluation(config, make_runtime(config), track=evaluation_tracker(config))
+    return run_evaluation(config, make_runtime(config), track=evaluation_tracker(config), make_runtime=make_runtime)
 
 
 def cmd_reproduce(args, make_runtime) -> dict:
@@ -134,6 +124,12 @@ def cmd_reproduce(args, make_runtime) -> dict:
 
     return reproduce(args.source, build_config(args).tracking, args.out, getattr(args, TOP_LEVEL), args.trust_record, make_runtime,
                      live=args.live)
+
+
+def cmd_serve_lm(args, make_runtime) -> dict:
+    from pipeline.local_model import serve_local_model
+
+    return serve_local_model(build_config(args).lm, args.host, args.port, args.allow_remote)
 
 
 def cmd_ui(args, make_runtime) -> dict:
@@ -154,6 +150,9 @@ def _add_config_flags(parser: argparse.ArgumentParser, retriever: bool = True, e
         for name, tunable in TUNABLES.items():
             config_flag(parser, tunable.flag, f"retriever.{name}", tunable.help)
     config_flag(parser, "--lm", "lm.model", "LiteLLM model id, e.g. openai/gpt-4o-mini", shown="the embedded local model")
+    config_flag(parser, "--api-base", "lm.api_base",
+                "OpenAI-compatible endpoint (http://host:port/v1): with --lm, that model's server; without, the embedded model "
+                "served by `hyperprove serve-lm`; several, comma-separated, are spread over a Ray run's workers", shown="none")
     config_flag(parser, "--lm-threads", "lm.threads", "concurrent LM requests", shown="1 for the local model, 8 for an API model")
     config_flag(parser, "--deterministic", "lm.deterministic",
                 "local model: every request computes its whole prompt (no prompt cache), so the same prompt gets the same "
@@ -165,6 +164,13 @@ def _add_config_flags(parser: argparse.ArgumentParser, retriever: bool = True, e
     config_flag(parser, "--lm-adapter", "lm.adapter", "prompt layout: " + "; ".join(f"{k}: {v}" for k, v in ADAPTERS.items()),
                 shown="lean-prefilled on the local model, chat on an API model")
     parser.add_argument("--json", action="store_true", help="end with one JSON object")
+
+
+def _add_cluster_flags(parser: argparse.ArgumentParser, work: str) -> None:
+    config_flag(parser, "--ray", "cluster.ray",
+                f"{work} on Ray workers: a cluster address (auto: the one `ray start` runs here), or local (one started in "
+                "this process); needs the [ray] extra", shown="here, in one process", nargs="?", const="local", metavar="ADDRESS")
+    config_flag(parser, "--ray-workers", "cluster.workers", "Ray workers", shown="one per CPU of the cluster", metavar="N")
 
 
 def _add_tracking_flags(parser: argparse.ArgumentParser, logs: str | None = None, traces: bool = False) -> None:
@@ -229,6 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
     index.add_argument("--delete", metavar="IDS.json", help="a JSON list of passage ids and/or titles to take out of the index given by --into")
     index.add_argument("--into", metavar="DIR", help="the index that --add grows or --delete shrinks, in place and atomically")
     _add_config_flags(index, retriever=False)
+    _add_cluster_flags(index, "LM extraction (lm, lm-entities)")
     index.set_defaults(run=cmd_index)
 
     ask = commands.add_parser("ask", help="answer one question over an index and show the evidence chain")
@@ -262,6 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
     config_flag(evaluate, "--read", "evaluation.read", "with --decomposition lm: every other system's top 5 passages go to the same reader")
     config_flag(evaluate, "--limit", "evaluation.limit", "evaluate the first N questions only (after --skip)")
     config_flag(evaluate, "--skip", "evaluation.skip", "leave out the first N questions (--skip 60 --limit 300: questions 61-360)")
+    _add_cluster_flags(evaluate, "the LM systems' questions")
     config_flag(evaluate, "--out", "evaluation.out", "results directory: results.md, results.json, predictions.json, index_manifest.json",
                 shown=".hyperprove/results/<name>-<time>")
     _add_tracking_flags(evaluate, "an MLflow run", traces=True)
@@ -332,6 +340,16 @@ def build_parser() -> argparse.ArgumentParser:
     reproduce.add_argument("--json", action="store_true", help="end with one JSON object")
     reproduce.set_defaults(run=cmd_reproduce)
 
+    serve_lm = commands.add_parser("serve-lm", help="serve the embedded model on an OpenAI-compatible endpoint for other processes and machines")
+    serve_lm.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine only)")
+    serve_lm.add_argument("--port", type=int, default=8080, help="port (default 8080)")
+    serve_lm.add_argument("--allow-remote", action="store_true", help="allow a --host other than loopback (the server has no authentication)")
+    config_flag(serve_lm, "--slots", "lm.threads", "requests answered side by side (each gets its share of the context)", shown=1,
+                metavar="N")
+    serve_lm.add_argument("--config", help="experiment config file (JSON) whose lm section to use")
+    serve_lm.add_argument("--json", action="store_true", help="end with one JSON object")
+    serve_lm.set_defaults(run=cmd_serve_lm)
+
     ui = commands.add_parser("ui", help="the MLflow UI over the project's tracking store (loopback, one worker)")
     ui.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine only)")
     ui.add_argument("--port", type=int, default=5000)
@@ -346,10 +364,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None, make_runtime: Callable | None = None) -> int:
     """Run one command. `make_runtime(config)` gives the LM and embedder it runs with (default
     `pipeline.runtime.Runtime`: the configured ones); tests pass scripted ones."""
-    from pipeline.runtime import Runtime
+    from pipeline.runtime import Runtime, apply_library_defaults
 
-    for name, value in LIBRARY_DEFAULTS.items():
-        os.environ.setdefault(name, value)
+    apply_library_defaults()
     args = build_parser().parse_args(argv)
     try:
         result = args.run(args, make_runtime or Runtime)
@@ -364,7 +381,10 @@ def main(argv: list[str] | None = None, make_runtime: Callable | None = None) ->
 
         if not isinstance(error, LMError) and type(error).__module__.split(".")[0] not in LM_ERROR_MODULES:
             raise
-        print(f"error: the LM failed ({type(error).__name__}): {first_line(error, 300)}", file=sys.stderr)
+        from pipeline.lm import LM_UNAVAILABLE
+
+        resume = "; what was answered is in the LM cache, so the same command resumes" if isinstance(error, LM_UNAVAILABLE) else ""
+        print(f"error: the LM failed ({type(error).__name__}): {first_line(error, 300)}{resume}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(result))

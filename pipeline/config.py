@@ -45,7 +45,10 @@ class LMConfig:
     temperature: float = Field(0.0, ge=0.0, le=2.0)
     max_tokens: int = Field(400, ge=16, le=32_768)
     threads: int = Field(0, ge=0, le=64)  # concurrent requests; 0: 1 for the local model, 8 for an API model
-    api_base: str | None = None  # for OpenAI-compatible servers other than the embedded one
+    # An OpenAI-compatible endpoint ("http://host:port/v1"): with `model`, that model's server;
+    # without, the embedded model served by another process (`hyperprove serve-lm`). Several,
+    # comma-separated, are spread over the workers of a Ray run; a single process uses the first.
+    api_base: str | None = None
     local_model_dir: str = "~/.cache/hyperprove/models"  # where the 22 parts are joined once
     local_context: int = Field(8192, ge=1024, le=131_072)  # local model: context tokens, shared by the slots
     local_cpu_threads: int = Field(0, ge=0, le=256)  # local model: compute threads (0: all cores)
@@ -57,6 +60,15 @@ class LMConfig:
     # (`pipeline.lm_record`); a request not in it stops the run, unless `live` sends it to the LM.
     replay: str | None = None
     live: bool = False
+
+    @field_validator("api_base")
+    @classmethod
+    def _urls(cls, value):
+        """Each endpoint an http(s) URL: a typo fails here, not at the first LM call."""
+        for url in (value or "").split(","):
+            if url.strip() and not url.strip().startswith(("http://", "https://")):
+                raise ValueError(f"api_base {url.strip()!r}: expected an http:// or https:// URL such as http://127.0.0.1:8080/v1")
+        return value
 
     # What a recorded config without these fields ran with (records made before they existed).
     RECORDED_WITHOUT = {"adapter": "chat", "deterministic": False, "replay": None, "live": False}
@@ -71,6 +83,11 @@ class LMConfig:
         question on train, F1 within noise: README, "The answer path at half the cost") and
         DSPy's `chat` for any other LM, some of which refuse a begun reply."""
         return self.adapter or ("lean-prefilled" if embedded else "chat")
+
+    @property
+    def endpoints(self) -> list[str]:
+        """The endpoints `api_base` names, in order (empty: none)."""
+        return [url.strip() for url in (self.api_base or "").split(",") if url.strip()]
 
     @property
     def concurrency(self) -> int:
@@ -267,10 +284,19 @@ class CompileConfig:
     out: str | None = None  # compiled program JSON (default .hyperprove/programs/<target>-<optimizer>-<time>.json)
 
 
+@config_section("cluster")
+class ClusterConfig:
+    """Where the LM work of `index` (extraction) and `evaluate` (the questions) runs: in this process,
+    or on the workers of a Ray cluster. It changes how fast a run goes, never what it computes."""
+
+    ray: str | None = None  # a Ray cluster address ("auto": the one `ray start` runs here), or "local": one started in this process
+    workers: int = Field(0, ge=0, le=4096)  # Ray workers (0: one per CPU of the cluster)
+
+
 _SECTIONS = {
     "retriever": RetrieverConfig, "index": IndexConfig, "lm": LMConfig, "program": ProgramConfig,
     "evaluation": EvaluationConfig, "tracking": TrackingConfig, "sweep": SweepConfig,
-    "compile": CompileConfig,
+    "compile": CompileConfig, "cluster": ClusterConfig,
 }
 
 
@@ -286,6 +312,7 @@ class HyperProveConfig:
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
     compile: CompileConfig = field(default_factory=CompileConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
     cache_dir: str = ".hyperprove/cache"
 
     def to_dict(self) -> dict:

@@ -22,11 +22,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Callable, Iterator, Protocol, Sequence
 
 from modules.errors import HyperProveError
 from modules.facts import Fact, Passage
@@ -91,21 +90,24 @@ class LMExtractor:
     name = "lm"
     version = "1"
 
-    def __init__(self, lm, lm_id: str, cache_dir: str | Path, threads: int = 1):
-        self.lm, self.lm_id, self.threads = lm, lm_id, threads
+    def __init__(self, lm, lm_id: str, cache_dir: str | Path, threads: int = 1, remote: Callable | None = None):
+        """`remote(passages)`, when given, asks the LM elsewhere (`RayPassages`): it yields
+        (position, rows or None, retried) per passage as they finish; `lm` is then unused."""
+        self.lm, self.lm_id, self.threads, self.remote = lm, lm_id, threads, remote
         self.module = self.make_module()
         self.cache_dir = extraction_cache(cache_dir, lm_id, self.name, self.version)
         clear_scratch(self.cache_dir, depth=2)  # passages a killed build was writing
         self.counts = {"passages": 0, "cached": 0, "extracted": 0, "retried": 0, "fallbacks": 0, "lm_seconds": 0.0}
         self.fallback_titles: list[str] = []
-        self._lock = threading.Lock()
 
-    def make_module(self):
+    @staticmethod
+    def make_module():
         from modules.steps import FactExtractor
 
         return FactExtractor()
 
-    def rows(self, passage: Passage, output) -> list[dict]:
+    @staticmethod
+    def rows(passage: Passage, output) -> list[dict]:
         """What is cached for a passage: its facts, each with its entities."""
         return [{"text": f.text, "entities": f.entities} for f in output.facts]
 
@@ -115,25 +117,20 @@ class LMExtractor:
     def _cached(self, passage: Passage) -> list[dict] | None:
         return cached_extraction(self._path(passage))
 
-    def _ask(self, passage: Passage) -> list[dict] | None:
-        """The LM's facts for one passage, or None after two malformed answers."""
-        import dspy
-        from dspy.utils.exceptions import AdapterParseError
+    def _ask(self, passage: Passage) -> tuple[list[dict] | None, bool]:
+        return ask_rows(self.module, self.rows, self.lm, passage)
 
-        from modules.steps import MalformedOutput
-
-        for attempt in range(2):
+    def _ask_here(self, passages: Sequence[Passage]) -> Iterator[tuple[int, list[dict] | None, bool]]:
+        """`threads` passages in flight at once against this process's LM."""
+        with ThreadPoolExecutor(max_workers=self.threads) as pool:
+            futures = {pool.submit(self._ask, passage): position for position, passage in enumerate(passages)}
             try:
-                with dspy.context(lm=self.lm):
-                    output = self.module(title=passage.title, passage=passage.text, attempt=attempt)
-            except (AdapterParseError, MalformedOutput, ValueError):
-                with self._lock:
-                    self.counts["retried"] += attempt == 0
-                continue
-            rows = self.rows(passage, output)
-            atomic_write_json(self._path(passage), rows)
-            return rows
-        return None
+                for future in as_completed(futures):
+                    yield futures[future], *future.result()
+            except BaseException:
+                for future in futures:
+                    future.cancel()  # finished passages are cached; the rest is redone next time
+                raise
 
     def _facts(self, passage: Passage, passage_id: int, rows: list[dict]) -> list[Fact]:
         subject = subject_name(passage.title)
@@ -150,20 +147,18 @@ class LMExtractor:
         todo = [k for k, r in enumerate(rows) if r is None]
         self.counts["passages"] += len(passages)
         self.counts["cached"] += len(passages) - len(todo)
-        bar = tqdm(total=len(todo), desc=f"extract ({self.name})", unit="passage", disable=not progress or not todo)
+        asked = self.remote or self._ask_here
         started = time.perf_counter()
-        with ThreadPoolExecutor(max_workers=self.threads) as pool:
-            futures = {pool.submit(self._ask, passages[k]): k for k in todo}
+        with tqdm(total=len(todo), desc=f"extract ({self.name})", unit="passage", disable=not progress or not todo) as bar:
             try:
-                for future in as_completed(futures):
-                    rows[futures[future]] = future.result()
+                for position, found, retried in asked([passages[k] for k in todo]):
+                    k = todo[position]
+                    if found is not None:  # kept at once: an interrupted build resumes after it
+                        atomic_write_json(self._path(passages[k]), found)
+                    rows[k] = found
+                    self.counts["retried"] += retried
                     bar.update(1)
-            except BaseException:
-                for future in futures:
-                    future.cancel()  # finished passages are cached; the rest is redone next time
-                raise
             finally:
-                bar.close()
                 self.counts["lm_seconds"] = round(self.counts["lm_seconds"] + time.perf_counter() - started, 2)
         sentences = SentenceExtractor()
         facts = []
@@ -191,15 +186,80 @@ class LMEntityExtractor(LMExtractor):
     name = "lm-entities"
     version = f"1-sentences{SentenceExtractor.version}"  # the cached rows are sentences too: a new rule set extracts again
 
-    def make_module(self):
+    @staticmethod
+    def make_module():
         from modules.steps import EntityExtractor
 
         return EntityExtractor()
 
-    def rows(self, passage: Passage, output) -> list[dict]:
+    @staticmethod
+    def rows(passage: Passage, output) -> list[dict]:
         from modules.text_rules import mentioned
 
         return [{"text": fact.text, "entities": mentioned(output.entities, fact.text)} for fact in SentenceExtractor().extract_passage(passage, 0)]
+
+
+def ask_rows(module, rows: Callable, lm, passage: Passage) -> tuple[list[dict] | None, bool]:
+    """A passage's rows from the LM (`rows(passage, output)`), or None after two malformed answers
+    (the second asked past the LM cache); and whether it was asked twice."""
+    import dspy
+    from dspy.utils.exceptions import AdapterParseError
+
+    from modules.steps import MalformedOutput
+
+    for attempt in range(2):
+        try:
+            with dspy.context(lm=lm):
+                output = module(title=passage.title, passage=passage.text, attempt=attempt)
+        except (AdapterParseError, MalformedOutput, ValueError):
+            continue
+        return rows(passage, output), attempt > 0
+    return None, True
+
+
+class PassageWorker:
+    """A Ray worker (`pipeline.cluster`): an LM session of its own at its endpoint, extracting
+    batches of passages with `lm.concurrency` of them in flight; it writes nothing."""
+
+    def __init__(self, config: dict, make_runtime: Callable):
+        from pipeline.config import HyperProveConfig
+        from pipeline.runtime import apply_library_defaults
+
+        apply_library_defaults()
+        config = HyperProveConfig.from_dict(config)
+        self.kind, self.threads = LM_EXTRACTORS[config.index.extractor], config.lm.concurrency
+        self.module, self.lm = self.kind.make_module(), make_runtime(config).session.lm
+
+    def extract(self, batch: list[tuple[int, Passage]]) -> list[tuple[int, list[dict] | None, bool]]:
+        with ThreadPoolExecutor(max_workers=self.threads) as pool:
+            found = pool.map(lambda item: ask_rows(self.module, self.kind.rows, self.lm, item[1]), batch)
+            return [(position, *result) for (position, _), result in zip(batch, found)]
+
+
+class RayPassages:
+    """`LMExtractor.remote` on a Ray cluster: passages in batches over `PassageWorker`s, started
+    for each extraction and let go at its end."""
+
+    batch = 8  # passages per task
+
+    def __init__(self, config, make_runtime: Callable):
+        from pipeline.cluster import ray_module
+
+        ray_module()  # the extra is missing: say so before any work
+        self.config, self.make_runtime = config, make_runtime
+
+    def __call__(self, passages: Sequence[Passage]) -> Iterator[tuple[int, list[dict] | None, bool]]:
+        from pipeline.cluster import WorkerPool, batches
+
+        if not passages:
+            return
+        workers = WorkerPool(self.config, PassageWorker, self.make_runtime)
+        try:
+            numbered = list(enumerate(passages))
+            for finished in workers.stream(lambda worker, batch: worker.extract.remote(batch), batches(numbered, self.batch), "extraction"):
+                yield from finished
+        finally:
+            workers.close()
 
 
 # --- the extraction cache, and LM-extracted facts shipped as a file -----------------------------------------
@@ -294,10 +354,16 @@ def make_extractor(name: str, lm=None, lm_id: str | None = None, cache_dir: str 
     raise HyperProveError(f"unknown extractor {name!r} (available: {', '.join(EXTRACTORS)})")
 
 
-def extractor_for(config, runtime) -> Extractor:
-    """The extractor a `HyperProveConfig` names; an LM one takes the runtime's LM, started only now."""
+def extractor_for(config, runtime, make_runtime: Callable | None = None) -> Extractor:
+    """The extractor a `HyperProveConfig` names; an LM one takes the runtime's LM, started only now,
+    or with `cluster.ray` asks Ray workers, each with `make_runtime(config)` (default `Runtime`)."""
     if config.index.extractor not in LM_EXTRACTORS:
         return make_extractor(config.index.extractor)
+    if config.cluster.ray is not None:
+        from pipeline.runtime import Runtime
+
+        remote = RayPassages(config, make_runtime or Runtime)
+        return LM_EXTRACTORS[config.index.extractor](None, runtime.lm_id, config.cache_dir, config.lm.concurrency, remote=remote)
     session = runtime.session
     return make_extractor(config.index.extractor, session.lm, session.id, config.cache_dir, config.lm.concurrency)
 

@@ -20,9 +20,11 @@ from pipeline.index_changes import grow_index, shrink_index
 from pipeline.index_store import check_index_target, load_index, save_index
 
 
-def index_corpus(corpus: str | Path, out: str | Path, config, runtime=None, log: Callable[[str], None] = print) -> dict:
+def index_corpus(corpus: str | Path, out: str | Path, config, runtime=None, log: Callable[[str], None] = print,
+                 make_runtime: Callable | None = None) -> dict:
     """`hyperprove index`: build the index of a corpus file under a `HyperProveConfig` and save it
-    to `out`, which is checked first (an earlier index may be replaced, nothing else)."""
+    to `out`, which is checked first (an earlier index may be replaced, nothing else). With
+    `cluster.ray`, LM extraction runs on Ray workers, each with `make_runtime(config)`."""
     import time
 
     from pipeline.corpus import load_corpus
@@ -32,7 +34,7 @@ def index_corpus(corpus: str | Path, out: str | Path, config, runtime=None, log:
     check_index_target(out)
     passages = load_corpus(corpus)
     runtime = runtime or Runtime(config)
-    extractor = extractor_for(config, runtime)
+    extractor = extractor_for(config, runtime, make_runtime)
     started = time.perf_counter()
     with writer_lock(out, log):  # a second build into the same folder waits, then replaces this one whole
         index = build_index(passages, config.index, runtime.embedder, progress=True, extractor=extractor)
@@ -44,7 +46,8 @@ def index_corpus(corpus: str | Path, out: str | Path, config, runtime=None, log:
     return {"index": str(out), **index.counts(), "extractor": extractor.report(), "seconds": round(seconds, 2)}
 
 
-def add_to_index(added_corpus: str | Path, directory: str | Path, config, runtime=None, log: Callable[[str], None] = print) -> dict:
+def add_to_index(added_corpus: str | Path, directory: str | Path, config, runtime=None, log: Callable[[str], None] = print,
+                 make_runtime: Callable | None = None) -> dict:
     """`hyperprove index --add NEW.json --into DIR`: the passages of `added_corpus` appended to the
     index in `directory` as its next generation, written atomically over it (a kill leaves the
     previous generation, loadable and unchanged; running the command again finishes the job).
@@ -67,7 +70,7 @@ def add_to_index(added_corpus: str | Path, directory: str | Path, config, runtim
             log(f"{directory}: nothing to add; generation {index.generation} stays")
             return {"index": str(directory), "generation": index.generation, "added": 0, **index.counts(), "seconds": 0.0}
         runtime = runtime or Runtime(config)
-        extractor = extractor_for(config, runtime)
+        extractor = extractor_for(config, runtime, make_runtime)
         started = time.perf_counter()
         before, base = index.counts(), index.generation
         index = grow_index(index, added, config.index, runtime.embedder, progress=True, extractor=extractor)

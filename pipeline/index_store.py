@@ -342,7 +342,8 @@ def index_key(passages: Sequence[Passage], config) -> str:
     return f"{corpus_checksum(passages)[:16]}-{config.index.extractor}-{digest}"
 
 
-def cached_index(passages: list[Passage], config, runtime, log: Callable[[str], None] = print) -> tuple[HypergraphIndex, Path | None]:
+def cached_index(passages: list[Passage], config, runtime, log: Callable[[str], None] = print,
+                 make_runtime: Callable | None = None) -> tuple[HypergraphIndex, Path | None]:
     """The index of this corpus under this config (a `HyperProveConfig`), built once and kept in
     the cache dir; returns it and its directory (None when extraction fallbacks kept it out of
     the cache, so that the next run tries those passages again)."""
@@ -352,7 +353,7 @@ def cached_index(passages: list[Passage], config, runtime, log: Callable[[str], 
     clear_scratch(directory.parent)  # what killed builds left, under this key or any other
     if (directory / "manifest.json").exists():
         return load_index(directory, expect=config.index), directory
-    extractor = extractor_for(config, runtime)
+    extractor = extractor_for(config, runtime, make_runtime)
     index = build_index(passages, config.index, runtime.embedder, progress=True, extractor=extractor)
     for line in describe_extraction(extractor):
         log(line)

@@ -18,6 +18,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import dspy
+from dspy.utils.exceptions import (
+    LMAuthError,
+    LMBillingError,
+    LMConfigurationError,
+    LMRateLimitError,
+    LMServerError,
+    LMTimeoutError,
+    LMTransportError,
+)
 
 from modules.errors import HyperProveError
 from pipeline.adapters import make_adapter
@@ -39,6 +48,12 @@ def configure_lm_cache(cache_dir: str | Path, replay=None, live: bool = False) -
     return CacheLookups(dspy.cache)
 
 
+# An LM that fails this way past its retries cannot answer the next question either (unreachable,
+# down, out of quota, refused credentials): a run stops there, with its finished work in the LM
+# cache, rather than record every later question as a failure. A request the LM refuses on its own
+# merits (too long a prompt) stays that question's failure.
+LM_UNAVAILABLE = (LMTransportError, LMServerError, LMTimeoutError, LMRateLimitError, LMAuthError, LMBillingError, LMConfigurationError)
+
 # Retries of a failed request, with LiteLLM's exponential backoff. An API model gets 8 (about a
 # minute in all), enough to ride out the rate limits that 8 requests in flight meet (DSPy's own
 # reasoning in its PR #1753); the embedded server has no rate limit, and 2 cover a hiccup.
@@ -50,14 +65,19 @@ def make_lm(config: LMConfig, profile: LMProfile | None = None):
     """A `dspy.LM` for the configured model; starts the embedded server when no model is given."""
     common = dict(temperature=config.temperature, max_tokens=config.max_tokens, callbacks=[profile] if profile is not None else [])
     if config.model is None:
-        # a strict replay asks nothing of the model, so none is loaded; the address is one nothing listens on
-        address = NO_SERVER if config.replay and not config.live else LocalServer.get(config).address
+        # The embedded model, in this process or served by another (`hyperprove serve-lm`, at
+        # `api_base`): the same model name and settings, so the same requests and cache keys.
+        # A strict replay asks nothing of the model, so none is loaded; the address is one nothing listens on.
+        if config.api_base:
+            api_base = config.endpoints[0]
+        else:
+            api_base = f"{NO_SERVER if config.replay and not config.live else LocalServer.get(config).address}/v1"
         fresh = {"extra_body": {"cache_prompt": False}} if config.deterministic else {}  # part of the LM cache key too
-        return dspy.LM(f"openai/{LOCAL_MODEL_NAME}", api_base=f"{address}/v1", api_key="local",
-                       num_retries=LOCAL_RETRIES, **common, **fresh)
+        return dspy.LM(f"openai/{LOCAL_MODEL_NAME}", api_base=api_base, api_key="local",
+                       num_retries=API_RETRIES if config.api_base else LOCAL_RETRIES, **common, **fresh)
     if "/" not in config.model:
         raise HyperProveError(f"--lm {config.model!r}: expected a LiteLLM id such as openai/gpt-4o-mini")
-    extra = {"api_base": config.api_base} if config.api_base else {}
+    extra = {"api_base": config.endpoints[0]} if config.api_base else {}
     return dspy.LM(config.model, num_retries=API_RETRIES, **common, **extra)
 
 

@@ -78,6 +78,14 @@ class CallRecord:
         with self._lock:
             return len(self.calls)
 
+    def asked_for(self, system: str, questions: set[str]) -> list[dict]:
+        """The calls `system` made for these questions (by id), each with only those askers: what
+        a worker hands back to the driver's record."""
+        with self._lock:
+            calls = [(call, [a for a in call["asked_by"] if a.get("system") == system and a.get("question") in questions])
+                     for call in self.calls.values()]
+        return [{**call, "asked_by": askers} for call, askers in calls if askers]
+
     def to_bytes(self) -> bytes:
         """The record file's bytes: the same calls give the same bytes (no time in the gzip header)."""
         with self._lock:

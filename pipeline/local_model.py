@@ -1,6 +1,7 @@
 """The embedded local model: its file, joined from 22 PyPI packages and checked, and the
 in-process llama.cpp server (xllamacpp) that serves it on a loopback port with an
-OpenAI-compatible API (`pipeline.lm.make_lm` points DSPy at it)."""
+OpenAI-compatible API (`pipeline.lm.make_lm` points DSPy at it), or, for other processes and
+machines, on an address of the user's choosing (`serve_local_model`, `hyperprove serve-lm`)."""
 
 from __future__ import annotations
 
@@ -103,10 +104,42 @@ class LocalServer:
     @classmethod
     def get(cls, config: LMConfig) -> "LocalServer":
         path = local_model_path(config.local_model_dir)
-        cpu_threads = config.local_cpu_threads or os.cpu_count() or 1
-        key = (str(path), config.concurrency, config.local_context, cpu_threads)
+        key = (str(path), config.concurrency, config.local_context, cpu_threads(config))
         with cls._lock:
             if key not in cls._servers:
-                cls._servers[key] = cls(path, config.concurrency, config.local_context, cpu_threads)
+                cls._servers[key] = cls(path, *key[1:])
                 atexit.register(cls._servers.clear)
             return cls._servers[key]
+
+
+def cpu_threads(config: LMConfig) -> int:
+    return config.local_cpu_threads or os.cpu_count() or 1
+
+
+def serve_local_model(config: LMConfig, host: str = "127.0.0.1", port: int = 8080, allow_remote: bool = False,
+                      log: Callable[[str], None] = print, stop: threading.Event | None = None) -> dict:
+    """Serve the embedded model at http://host:port/v1 until Ctrl-C, SIGTERM or SIGHUP (or `stop`):
+    clients reach it with `--api-base` and no `--lm`, so their requests, cache keys and records are
+    those of the in-process model. `config.threads` server slots answer requests side by side."""
+    from pipeline.config import LOCAL_MODEL_ID
+    from pipeline.serving import check_host, wait_until_stopped
+
+    check_host(host, allow_remote, "the embedded model")
+    if config.model is not None:
+        raise HyperProveError(f"serve-lm serves the embedded model; --lm {config.model} is served by its own provider")
+
+    def bind(params) -> None:
+        params.hostnames, params.port = [host], port
+
+    slots = config.concurrency
+    try:
+        server = LocalServer(local_model_path(config.local_model_dir), slots, config.local_context, cpu_threads(config), adjust=bind)
+    except RuntimeError as error:  # llama.cpp's own refusal, e.g. a port in use
+        raise HyperProveError(f"serve-lm on {host}:{port}: the server did not start ({error}); is the port free?") from None
+    url = f"http://{host}:{port}/v1"
+    log(f"serving {LOCAL_MODEL_ID} at {url} ({slots} slot{'s' * (slots > 1)}, {config.local_context} context tokens); "
+        f"clients: --api-base {url} (Ctrl-C stops it)")
+    how = wait_until_stopped(stop)
+    del server  # llama.cpp stops serving when its server object goes
+    log(f"serve-lm stopped ({how})")
+    return {"url": url, "model": LOCAL_MODEL_ID, "slots": slots}

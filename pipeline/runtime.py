@@ -6,8 +6,26 @@ API user (or a test) hands in others: `Runtime(config, lm=dspy.utils.DummyLM(...
 
 from __future__ import annotations
 
+import os
 from contextlib import contextmanager
 from functools import cached_property
+
+# Third-party settings every process of ours runs with (the command line's, and a Ray worker's):
+# no reaching for the network at import or first use, and no progress bars of MLflow's own between ours.
+LIBRARY_DEFAULTS = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    "TOKENIZERS_PARALLELISM": "false",
+    "MLFLOW_ENABLE_ASYNC_TRACE_LOGGING": "false",
+    "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
+}
+
+
+def apply_library_defaults() -> None:
+    """Set `LIBRARY_DEFAULTS` where the environment does not say otherwise."""
+    for name, value in LIBRARY_DEFAULTS.items():
+        os.environ.setdefault(name, value)
 
 
 @contextmanager
@@ -27,6 +45,11 @@ class Runtime:
         from pipeline.lm import LMSession
 
         return LMSession(self.config, self._lm)
+
+    @property
+    def lm_id(self) -> str:
+        """The id of the LM this runtime answers with (`LMSession.id`), without starting it."""
+        return str(getattr(self._lm, "model", type(self._lm).__name__)) if self._lm is not None else self.config.lm.id
 
     @property
     def lm_started(self) -> bool:

@@ -601,7 +601,7 @@ def test_every_flag_names_the_default_of_the_config_field_it_sets():
                 if action.help.endswith(f"(default: {shown})"):
                     checked += 1
                 else:  # a default worded by hand must be one the field cannot print as itself (None, or per model)
-                    assert value is None or name in ("threads", "extractor", "retrievers", "keep_builtin"), (command, action.dest, action.help)
+                    assert value is None or name in ("threads", "workers", "extractor", "retrievers", "keep_builtin"), (command, action.dest, action.help)
             assert "Undefined" not in (action.help or "")
     assert checked >= 60
     assert commands["evaluate"]._option_string_actions["--eta"].help.endswith("(default: 0.8)")

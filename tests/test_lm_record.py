@@ -34,15 +34,19 @@ def reply(fields: dict) -> str:
 
 class ScriptedEndpoint:
     """An OpenAI-compatible /v1/chat/completions answering from a script (prompt substring ->
-    output fields, as DSPy's DummyLM takes them); `requests` holds the messages that reached it."""
+    output fields, as DSPy's DummyLM takes them); `requests` holds the messages that reached it.
+    Once `limit` requests are answered, it drops every connection unanswered (a server gone)."""
 
-    def __init__(self, script: dict):
-        self.script, self.requests = script, []
+    def __init__(self, script: dict, limit: int | None = None):
+        self.script, self.requests, self.limit = script, [], limit
         endpoint = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if endpoint.limit is not None and len(endpoint.requests) >= endpoint.limit:
+                    self.close_connection = True
+                    return
                 endpoint.requests.append(body["messages"])
                 text = "\n".join(str(m.get("content")) for m in body["messages"])
                 fields = next((fields for needle, fields in endpoint.script.items() if needle in text), {})

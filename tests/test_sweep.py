@@ -174,3 +174,19 @@ def test_the_paired_difference_worked_by_hand():
     assert paired_difference(rows(0.0, 0.5), rows(0.5, 1.0), "recall@5")["verdict"] == "worse"
     with pytest.raises(HyperProveError, match="3 rows against 2"):
         paired_difference(rows(1, 1, 1), rows(1, 1), "recall@5")
+
+
+def test_parameters_two_workers_enqueued_at_once_are_run_once(tmp_path):
+    """Workers that start together on a new study each enqueue the configured parameters; the
+    later copy is skipped (not counted, not drawn from), so the study still ends with exactly its
+    trials, each parameter set once."""
+    sweep = SweepConfig(trials=4, storage=f"sqlite:///{tmp_path}/optuna.db", study="twice", chunk=3)
+    start = {"alpha": 0.5, "theta": 0.1, "depth": 2, "top_k": 3}
+    study = open_study(sweep)
+    study.enqueue_trial(start)
+    study.enqueue_trial(start)  # the second worker's copy
+    study = run_trials(sweep, QUESTIONS, alpha_score, progress=False, start=start)
+    finished = [t for t in study.trials if t.state.name in ("COMPLETE", "PRUNED")]
+    assert len(finished) == 4 and len({json.dumps(t.params, sort_keys=True) for t in finished}) == 4
+    skipped = [t for t in study.trials if t.state.name == "FAIL"]
+    assert [t.number for t in skipped] == [1] and skipped[0].user_attrs["hyperprove.surplus"] is True
