@@ -281,6 +281,63 @@ def render_same_reader(runs: Sequence[dict], heading: bool = True) -> list[str]:
     return lines + [""]
 
 
+HEADLINE_RUN = "2wiki-lm300"  # hundreds of questions no earlier LM run saw: where the answer claims are made
+
+
+def render_headline(runs: Sequence[dict]) -> list[str]:
+    """The README's headline: the `HEADLINE_RUN` when it is there (`render_powered`), else the
+    same-reader table of the 60-question runs."""
+    run = next((run for run in runs if run.get("name") == HEADLINE_RUN), None)
+    return render_powered(run) if run else render_same_reader(runs, heading=False)
+
+
+def render_powered(run: dict) -> list[str]:
+    """One run's answer claim: every system's EM / F1 / R@5 and cost, HyperProve's F1 against each
+    peer (paired bootstrap 95% interval) and as a multiple of the best peer's, F1 by question type,
+    and where each system's wrong answers failed (the first stage that failed)."""
+    from experiments.failures import STAGES
+
+    summaries = typed_summaries(run)
+    skip = run.get("config", {}).get("evaluation", {}).get("skip", 0)
+    n = run.get("n_questions", summaries[0].get("n"))
+    number = lambda value, fmt="{:.2f}": fmt.format(value) if value is not None else "–"  # noqa: E731
+    lines = [f"`{run['name']}`: dev questions {skip + 1}-{skip + n} ({n}); the program answers by itself, every other system hands "
+             "its top 5 passages to the program's final reader. EM / F1 / R@5 in %, LM calls and seconds a question:", "",
+             "| system | EM | F1 | R@5 | LM calls/q | s/q |", "|---|---:|---:|---:|---:|---:|"]
+    lines += [f"| {s['system']} | {number(s.get('em'))} | {number(s.get('f1'))} | {number(s.get('recall@5'))} | "
+              f"{number(s.get('lm_calls_per_question'))} | {number(s.get('seconds_per_question'), '{:.1f}')} |" for s in summaries]
+    systems = run["systems"]
+    peers = [name for name in systems if name not in OURS and systems[name].get("f1") is not None]
+    if "hyperprove" in systems and peers:
+        lines.append("")
+        for peer in peers:
+            difference = paired(run, "hyperprove", run, peer, "f1")
+            gap = systems["hyperprove"]["f1"] - systems[peer]["f1"]
+            told = ""
+            if difference:
+                low, high = difference["interval95"]
+                position = {"better": "ahead", "worse": "behind"}.get(difference["verdict"], "not told apart")
+                told = f" [{low:+.2f}, {high:+.2f}] (up on {difference['up']} questions, down on {difference['down']}), {position}"
+            lines.append(f"- F1, hyperprove minus {peer}: {gap:+.2f}{told}.")
+        best = max(peers, key=lambda name: systems[name]["f1"])
+        if systems[best]["f1"]:
+            lines.append(f"- hyperprove's F1 is {systems['hyperprove']['f1'] / systems[best]['f1']:.2f} times the best peer's ({best}).")
+    typed = [s for s in summaries if s.get("per_type")]
+    kinds = list(dict.fromkeys(kind for s in typed for kind in s["per_type"]))
+    if kinds:
+        counts = {kind: next(s["per_type"][kind]["n"] for s in typed if kind in s["per_type"]) for kind in kinds}
+        lines += ["", "F1 by question type:", "", "| system | " + " | ".join(f"{kind} ({counts[kind]})" for kind in kinds) + " |",
+                  "|---|" + "---:|" * len(kinds)]
+        lines += [f"| {s['system']} | " + " | ".join(number(s["per_type"].get(kind, {}).get("f1")) for kind in kinds) + " |" for s in typed]
+    failing = [s for s in summaries if s.get("failures")]
+    if failing:
+        lines += ["", "Answered right, and the wrong answers by the first stage that failed (after retrieval: the right passages "
+                  "were there):", "", "| system | right | " + " | ".join(STAGES) + " |", "|---|---:|" + "---:|" * len(STAGES)]
+        lines += [f"| {s['system']} | {s['failures']['right']} | " + " | ".join(str(s["failures"][stage]["n"]) for stage in STAGES) + " |"
+                  for s in failing]
+    return lines + [""]
+
+
 # --- the program's answer path, chosen on train ------------------------------------------------------
 def is_choice(run: dict) -> bool:
     """A train run that measures program options (`<dataset>-train-<variant>`)."""
@@ -406,7 +463,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.readme:
         try:
-            write_headline(Path(args.readme), render_same_reader(runs, heading=False))
+            write_headline(Path(args.readme), render_headline(runs))
         except HyperProveError as error:
             print(f"error: {error}", file=sys.stderr)
             return 2

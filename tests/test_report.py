@@ -326,3 +326,44 @@ def test_compare_choices_puts_back_the_answers_the_chooser_replaced(tmp_path):
     # per question +100, -100, 0: mean 0
     assert choices(f"{tmp_path / 'run'}:dense", ["em"])[0].startswith(
         f"{tmp_path / 'run'}:dense: 2 final answers chosen between the question's options; with the choices minus without: em +0.00 (95% interval -")
+
+
+def test_the_headline_run_gives_the_answer_claim_with_costs_types_and_failures(tmp_path):
+    from experiments.report import render_headline
+
+    # four questions; hyperprove answers all, ppr half of each, bm25 none: every per-question
+    # difference is the same, so each bootstrap interval is that one value
+    f1s = {"hyperprove": [1.0] * 4, "bm25": [0.0] * 4, "ppr": [0.5] * 4}
+    (tmp_path / "predictions.json").write_text(json.dumps(
+        {name: [{"id": f"q{k}", "f1": f1} for k, f1 in enumerate(values)] for name, values in f1s.items()}))
+    failures = lambda right, reader: {"right": right, "decomposition": {"n": 0, "examples": []},  # noqa: E731
+                                      "retrieval": {"n": 4 - right - reader, "examples": []}, "bridge": {"n": 0, "examples": []},
+                                      "final reader": {"n": reader, "examples": []}}
+    systems = {
+        "hyperprove": {"em": 100.0, "f1": 100.0, "recall@5": 90.0, "lm_calls_per_question": 4.25, "seconds_per_question": 14.51,
+                       "per_type": {"comparison": {"n": 3, "f1": 100.0}, "compositional": {"n": 1, "f1": 100.0}}, "failures": failures(4, 0)},
+        "bm25": {"em": 0.0, "f1": 0.0, "recall@5": 60.0, "lm_calls_per_question": 1.0, "seconds_per_question": 6.0,
+                 "per_type": {"comparison": {"n": 3, "f1": 0.0}}, "failures": failures(0, 1)},
+        "ppr": {"em": 0.0, "f1": 50.0, "recall@5": 70.0, "lm_calls_per_question": 1.0, "seconds_per_question": 6.04,
+                "per_type": {"comparison": {"n": 3, "f1": 50.0}, "compositional": {"n": 1, "f1": 50.0}}, "failures": failures(0, 4)},
+    }
+    run = {"name": "2wiki-lm300", "n_questions": 4, "config": {"evaluation": {"skip": 60}}, "results_dir": str(tmp_path),
+           "systems": {name: {"system": name, "n": 4, **summary} for name, summary in systems.items()}}
+    other = {"name": "2wiki-lm60", "n_questions": 60, "systems": {"hyperprove": {"em": 1.0, "f1": 2.0, "recall@5": 3.0}}}
+    assert render_headline([other, run]) == [
+        "`2wiki-lm300`: dev questions 61-64 (4); the program answers by itself, every other system hands its top 5 passages to "
+        "the program's final reader. EM / F1 / R@5 in %, LM calls and seconds a question:", "",
+        "| system | EM | F1 | R@5 | LM calls/q | s/q |", "|---|---:|---:|---:|---:|---:|",
+        "| hyperprove | 100.00 | 100.00 | 90.00 | 4.25 | 14.5 |",
+        "| bm25 | 0.00 | 0.00 | 60.00 | 1.00 | 6.0 |",
+        "| ppr | 0.00 | 50.00 | 70.00 | 1.00 | 6.0 |", "",
+        "- F1, hyperprove minus bm25: +100.00 [+100.00, +100.00] (up on 4 questions, down on 0), ahead.",
+        "- F1, hyperprove minus ppr: +50.00 [+50.00, +50.00] (up on 4 questions, down on 0), ahead.",
+        "- hyperprove's F1 is 2.00 times the best peer's (ppr).", "",
+        "F1 by question type:", "", "| system | comparison (3) | compositional (1) |", "|---|---:|---:|",
+        "| hyperprove | 100.00 | 100.00 |", "| bm25 | 0.00 | – |", "| ppr | 50.00 | 50.00 |", "",
+        "Answered right, and the wrong answers by the first stage that failed (after retrieval: the right passages were there):", "",
+        "| system | right | decomposition | retrieval | bridge | final reader |", "|---|---:|---:|---:|---:|---:|",
+        "| hyperprove | 4 | 0 | 0 | 0 | 0 |", "| bm25 | 0 | 0 | 3 | 0 | 1 |", "| ppr | 0 | 0 | 0 | 0 | 4 |", ""]
+    # without the headline run, the 60-question runs' table
+    assert render_headline([other])[0].startswith("The first 60 dev questions of each set")
