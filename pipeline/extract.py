@@ -242,11 +242,11 @@ class RayPassages:
 
     batch = 8  # passages per task
 
-    def __init__(self, config, make_runtime: Callable):
+    def __init__(self, config, make_runtime: Callable, log: Callable[[str], None] = print):
         from pipeline.cluster import ray_module
 
         ray_module()  # the extra is missing: say so before any work
-        self.config, self.make_runtime = config, make_runtime
+        self.config, self.make_runtime, self.log = config, make_runtime, log
 
     def __call__(self, passages: Sequence[Passage]) -> Iterator[tuple[int, list[dict] | None, bool]]:
         from pipeline.cluster import WorkerPool, batches
@@ -255,9 +255,14 @@ class RayPassages:
             return
         workers = WorkerPool(self.config, PassageWorker, self.make_runtime)
         try:
+            ready = workers.wait_ready()
+            started = time.perf_counter()
             numbered = list(enumerate(passages))
             for finished in workers.stream(lambda worker, batch: worker.extract.remote(batch), batches(numbered, self.batch), "extraction"):
                 yield from finished
+            seconds = time.perf_counter() - started
+            self.log(f"extraction: {len(passages)} passages in {seconds:.1f} s on {workers.workers} Ray workers "
+                     f"({60 * len(passages) / seconds:.1f} passages/min; the workers were ready after {ready:.1f} s)")
         finally:
             workers.close()
 

@@ -34,6 +34,7 @@ def index_corpus(corpus: str | Path, out: str | Path, config, runtime=None, log:
     check_index_target(out)
     passages = load_corpus(corpus)
     runtime = runtime or Runtime(config)
+    say_where(config, log)
     extractor = extractor_for(config, runtime, make_runtime)
     started = time.perf_counter()
     with writer_lock(out, log):  # a second build into the same folder waits, then replaces this one whole
@@ -44,6 +45,14 @@ def index_corpus(corpus: str | Path, out: str | Path, config, runtime=None, log:
         log(line)
     log(f"index written to {out}: {index.counts()} in {seconds:.1f} s")
     return {"index": str(out), **index.counts(), "extractor": extractor.report(), "seconds": round(seconds, 2)}
+
+
+def say_where(config, log: Callable[[str], None]) -> None:
+    """`--ray` with an extractor that asks no LM: nothing to spread, and the user is told so."""
+    from pipeline.extract import LM_EXTRACTORS
+
+    if config.cluster.ray is not None and config.index.extractor not in LM_EXTRACTORS:
+        log(f"--ray: the {config.index.extractor} extractor asks no LM, so the index is built here")
 
 
 def add_to_index(added_corpus: str | Path, directory: str | Path, config, runtime=None, log: Callable[[str], None] = print,
@@ -70,6 +79,7 @@ def add_to_index(added_corpus: str | Path, directory: str | Path, config, runtim
             log(f"{directory}: nothing to add; generation {index.generation} stays")
             return {"index": str(directory), "generation": index.generation, "added": 0, **index.counts(), "seconds": 0.0}
         runtime = runtime or Runtime(config)
+        say_where(config, log)
         extractor = extractor_for(config, runtime, make_runtime)
         started = time.perf_counter()
         before, base = index.counts(), index.generation

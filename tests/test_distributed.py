@@ -136,3 +136,33 @@ def test_index_on_ray_gives_the_index_one_process_builds_and_resumes_from_the_ex
         assert len(endpoint.requests) == 2 * asked and again["extractor"]["cached"] == len(CORPUS)
     finally:
         endpoint.server.shutdown()
+
+
+def test_a_ray_worker_killed_mid_batch_is_restarted_and_its_batch_asked_again(cluster, endpoints, tmp_path, capsys):
+    import os
+    import signal
+    import subprocess
+    import threading
+    import time
+
+    first, _ = endpoints
+    killed = []
+
+    def kill_a_worker_after_some_calls():
+        deadline = time.monotonic() + 300
+        while len(first.requests) < 6 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        pids = subprocess.run(["pgrep", "-f", "ray::QuestionWorker"], capture_output=True, text=True).stdout.split()
+        if pids:
+            os.kill(int(pids[0]), signal.SIGKILL)
+            killed.append(int(pids[0]))
+
+    killer = threading.Thread(target=kill_a_worker_after_some_calls)
+    killer.start()
+    done = evaluate(capsys, tmp_path, first.address, "killed", "--cache-dir", tmp_path / "cache", "--ray", "--ray-workers", "2")
+    killer.join()
+    assert killed  # a worker died in the middle of the run ...
+    hyperprove = done["retrievers"]["hyperprove"]
+    assert (hyperprove["n"], hyperprove["em"], hyperprove["errors"]) == (8, 100.0, 0)  # ... and every question was answered
+    calls = rows(tmp_path / "killed" / "lm_calls.jsonl.gz")[1:]
+    assert {a["question"] for call in calls for a in call["asked_by"] if a["system"] == "hyperprove"} == {q["id"] for q in MANY}

@@ -74,6 +74,31 @@ class RecordedReplies:
                 "usage": recorded_usage(self.record.calls[key])}
 
 
+def is_lm_cache(path: Path) -> bool:
+    from pipeline.lm_cache import STORE_FILE
+
+    return path.name == STORE_FILE or (path / STORE_FILE).is_file()
+
+
+def cached_calls(path: Path):
+    """The calls an LM cache holds (`CACHE_DIR/lm-responses.sqlite3`), as a record: what an index
+    build asked (its extraction calls are cached, not recorded)."""
+    import sqlite3
+
+    from pipeline.lm_cache import STORE_FILE, response_from_data
+    from pipeline.lm_record import Record
+
+    store = path if path.name == STORE_FILE else path / STORE_FILE
+    with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as db:
+        rows = db.execute("SELECT key, request, response FROM responses").fetchall()
+    calls = {}
+    for key, request, response in rows:
+        reply = json.loads(response)
+        if response_from_data(reply) is not None:
+            calls[key] = {"key": key, "request": json.loads(request), "asked_by": [], **reply}
+    return Record(store, calls)
+
+
 def make_app(record, delay: float = 0.0, slots: int = 0):
     """The FastAPI app: POST /v1/chat/completions, GET /v1/models, /health, /stats."""
     replies = RecordedReplies(record)
@@ -127,7 +152,7 @@ def make_app(record, delay: float = 0.0, slots: int = 0):
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("record", help="a results folder with lm_calls.jsonl.gz, or the file")
+    parser.add_argument("record", help="a results folder with lm_calls.jsonl.gz, or the file, or an LM cache dir (an index build's calls)")
     parser.add_argument("--delay", type=float, default=0.0, help="seconds before each reply (default 0)")
     parser.add_argument("--slots", type=int, default=0, help="requests answered at once (0: no limit)")
     parser.add_argument("--host", default="127.0.0.1")
@@ -142,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     from pipeline.lm_record import read_record
 
     try:
-        record = read_record(Path(args.record))
+        record = cached_calls(Path(args.record)) if is_lm_cache(Path(args.record)) else read_record(Path(args.record))
     except HyperProveError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -12,7 +12,10 @@ machine. Each worker count runs `hyperprove evaluate` with the run's own config 
 server and an empty LM cache, so every call crosses HTTP. It prints one row per worker count:
 questions per minute (timed from the moment every worker is ready), the ideal (workers x 60 /
 the seconds a question waits on its calls), the efficiency, the seconds until the workers were
-ready, and whether F1 and Recall@5 came out the same as with one worker.
+ready, and whether F1 and Recall@5 came out the same as with one worker. With `--passages CORPUS
+--extraction-cache DIR` (an earlier `index CORPUS --extractor lm-entities --cache-dir DIR`), a
+second table: `index --ray` of that corpus against its cached calls, passages per minute
+(`--questions 0` for this table alone).
 """
 
 from __future__ import annotations
@@ -48,6 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=4, help="Ray nodes on this machine (a head and nodes - 1 workers)")
     parser.add_argument("--cpus-per-node", type=int, default=4, help="logical CPUs each node offers Ray")
     parser.add_argument("--cache-dir", default=".hyperprove/cache", help="where the run's index is (or is built once)")
+    parser.add_argument("--passages", help="also: a corpus whose LM extraction an earlier `index` left in --extraction-cache")
+    parser.add_argument("--extraction-cache", help="the cache dir of that earlier build (its LM calls are served)")
+    parser.add_argument("--extractor", default="lm-entities")
     args = parser.parse_args(argv)
 
     from experiments.bench.postgres import free_port
@@ -71,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         print("| workers | questions/min | ideal | efficiency | workers ready (s) | F1 | R@5 | same as 1 worker |")
         print("|---:|---:|---:|---:|---:|---:|---:|---|")
         first = None
-        for workers in args.workers:
+        for workers in args.workers if args.questions else []:
             with tempfile.TemporaryDirectory() as scratch:
                 settings = {**config, "cluster": {"ray": f"127.0.0.1:{port}", "workers": workers},
                             "evaluation": {**config["evaluation"], "retrievers": ["hyperprove"], "limit": args.questions,
@@ -94,10 +100,47 @@ def main(argv: list[str] | None = None) -> int:
             first = first or scores
             print(f"| {workers} | {rate:.1f} | {ideal:.1f} | {rate / ideal:.0%} | {ready:.1f} | {scores[0]:.2f} | {scores[1]:.2f} | "
                   f"{'yes' if scores == first else 'NO'} |", flush=True)
+        if args.passages:
+            passages_table(args, port)
     finally:
         ray_cli("stop", "--force")
         server.kill()
     return 0
+
+
+PASSAGE_TIMING = re.compile(r"extraction: (\d+) passages in ([\d.]+) s on (\d+) Ray workers .* ready after ([\d.]+) s")
+
+
+def passages_table(args, port: int) -> None:
+    """`index --extractor EXTRACTOR --ray` of `--passages` against the calls an earlier build of it
+    left in `--extraction-cache` (served with the same delay): passages per minute per worker count."""
+    server = subprocess.Popen([sys.executable, "-m", "experiments.bench.replay_server", args.extraction_cache, "--port", "0",
+                               "--delay", str(args.delay)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        api_base = server.stdout.readline().split(" at ")[1].split()[0]
+        print(f"\n`index {args.passages} --extractor {args.extractor}`, its calls served at {args.delay:g} s each (one a passage)")
+        print("| Ray workers | passages/min | ideal | efficiency | workers ready (s) | facts, entities, incidences | same as 1 worker |")
+        print("|---:|---:|---:|---:|---:|---|---|")
+        first = None
+        for workers in args.workers:
+            with tempfile.TemporaryDirectory() as scratch:
+                done = subprocess.run([sys.executable, "-m", "pipeline.cli", "index", args.passages, "--out", f"{scratch}/index",
+                                       "--extractor", args.extractor, "--ray", f"127.0.0.1:{port}", "--ray-workers", str(workers),
+                                       "--api-base", api_base, "--cache-dir", f"{scratch}/cache", "--json"],
+                                      cwd=ROOT, capture_output=True, text=True, env=ENV)
+            timing = PASSAGE_TIMING.search(done.stdout)
+            if done.returncode != 0 or timing is None:
+                print(done.stdout[-2000:], done.stderr[-2000:], file=sys.stderr)
+                return
+            built = json.loads(done.stdout.strip().splitlines()[-1])
+            n, seconds, ready = int(timing[1]), float(timing[2]), float(timing[4])
+            counts = (built["facts"], built["entities"], built["incidences"])
+            first = first or counts
+            rate, ideal = 60 * n / seconds, workers * 60 / args.delay
+            print(f"| {workers} | {rate:.1f} | {ideal:.1f} | {rate / ideal:.0%} | {ready:.1f} | {', '.join(map(str, counts))} | "
+                  f"{'yes' if counts == first else 'NO'} |", flush=True)
+    finally:
+        server.kill()
 
 
 def _index_folder(config: dict, cache_dir: str) -> str | None:
