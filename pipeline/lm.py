@@ -56,7 +56,8 @@ LM_UNAVAILABLE = (LMTransportError, LMServerError, LMTimeoutError, LMRateLimitEr
 
 # Retries of a failed request, with LiteLLM's exponential backoff. An API model gets 8 (about a
 # minute in all), enough to ride out the rate limits that 8 requests in flight meet (DSPy's own
-# reasoning in its PR #1753); the embedded server has no rate limit, and 2 cover a hiccup.
+# reasoning in its PR #1753); the embedded server in this process has no rate limit, and 2 cover a
+# hiccup; served by another process (`api_base`), it gets the API's 8, enough to ride out a restart.
 API_RETRIES, LOCAL_RETRIES = 8, 2
 NO_SERVER = "http://127.0.0.1:9"  # the discard port: a request sent there fails at once
 
