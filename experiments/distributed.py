@@ -49,7 +49,9 @@ class QuestionWorker:
         if system in ("dense-iterative", "hyperprove-passages"):  # they read what the program wrote for these questions
             program = lm_system(self.bench, system, sub_queries, program_passages)
         else:
-            program = self.programs.get(system) or self.programs.setdefault(system, lm_system(self.bench, system, {}, {}))
+            if system not in self.programs:
+                self.programs[system] = lm_system(self.bench, system, {}, {})
+            program = self.programs[system]
         rows = [answer_row(question, program, self.session.profile.snapshot, system=system) for question in questions]
         record = self.session.record
         calls = record.asked_for(system, {q.id for q in questions}) if record is not None else []

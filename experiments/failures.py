@@ -95,11 +95,7 @@ def failure_table(summaries: Sequence[dict], link: Callable[[str, str], str | No
     failing = [s for s in summaries if s.get("failures")]
     if not failing:
         return ""
-    lines = ["\n## Where the wrong answers failed\n", "| system | right | " + " | ".join(STAGES) + " |",
-             "|---|---:|" + "---:|" * len(STAGES)]
-    for s in failing:
-        lines.append(f"| {s['system']} | {s['failures']['right']} | " + " | ".join(str(s["failures"][stage]["n"]) for stage in STAGES) + " |")
-    lines.append("")
+    lines = ["\n## Where the wrong answers failed\n", *failure_counts(failing), ""]
     for s in failing:
         shown = []
         for stage in STAGES:
@@ -111,6 +107,14 @@ def failure_table(summaries: Sequence[dict], link: Callable[[str, str], str | No
         if shown:
             lines.append(f"- {s['system']}: " + "; ".join(shown))
     return "\n".join(lines) + "\n"
+
+
+def failure_counts(failing: Sequence[dict]) -> list[str]:
+    """Markdown lines: per system (summaries with `failures`), questions answered right and the
+    wrong ones by the stage that failed first."""
+    return ["| system | right | " + " | ".join(STAGES) + " |", "|---|---:|" + "---:|" * len(STAGES),
+            *(f"| {s['system']} | {s['failures']['right']} | " + " | ".join(str(s["failures"][stage]["n"]) for stage in STAGES) + " |"
+              for s in failing)]
 
 
 def gold_of(question: Question) -> dict:

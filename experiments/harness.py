@@ -291,21 +291,21 @@ def per_type_tables(summaries: Sequence[dict]) -> str:
     """Per score (F1 where there is a reader, Recall@2, Recall@5), one table: a row per system, a
     column per question type (with its number of questions)."""
     typed = [s for s in summaries if s.get("per_type")]
-    if not typed:
-        return ""
+    sections = [f"\n## {title} by question type\n\n" + "\n".join(type_table(typed, score)) + "\n"
+                for score, title in TYPE_SCORES if any(score in scores for s in typed for scores in s["per_type"].values())]
+    return "".join(sections)
+
+
+def type_table(typed: Sequence[dict], score: str) -> list[str]:
+    """Markdown lines: a row per system (summaries with `per_type`), a column per question type
+    (with its number of questions), `score` in each cell ("–" where a system lacks the type)."""
     kinds = list(dict.fromkeys(kind for s in typed for kind in s["per_type"]))
     counts = {kind: next(s["per_type"][kind]["n"] for s in typed if kind in s["per_type"]) for kind in kinds}
-    sections = []
-    for score, title in TYPE_SCORES:
-        if not any(score in scores for s in typed for scores in s["per_type"].values()):
-            continue
-        lines = [f"\n## {title} by question type\n", "| system | " + " | ".join(f"{kind} ({counts[kind]})" for kind in kinds) + " |",
-                 "|---|" + "---:|" * len(kinds)]
-        for s in typed:
-            cells = [f"{s['per_type'][kind][score]:.2f}" if score in s["per_type"].get(kind, {}) else "–" for kind in kinds]
-            lines.append(f"| {s['system']} | " + " | ".join(cells) + " |")
-        sections.append("\n".join(lines) + "\n")
-    return "".join(sections)
+    lines = ["| system | " + " | ".join(f"{kind} ({counts[kind]})" for kind in kinds) + " |", "|---|" + "---:|" * len(kinds)]
+    for s in typed:
+        cells = [f"{s['per_type'][kind][score]:.2f}" if score in s["per_type"].get(kind, {}) else "–" for kind in kinds]
+        lines.append(f"| {s['system']} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def lm_steps_tables(summaries: Sequence[dict]) -> str:

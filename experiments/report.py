@@ -24,7 +24,7 @@ from typing import Sequence
 ROOT = Path(__file__).resolve().parents[1]
 
 from experiments.failures import failure_summary, failure_table, page_link
-from experiments.harness import SYSTEMS, TYPE_SCORES, per_type_tables, results_table
+from experiments.harness import SYSTEMS, TYPE_SCORES, per_type_tables, results_table, type_table
 from experiments.metrics import per_type, question_type
 from experiments.results import (
     SWEEP_FIELDS,
@@ -295,7 +295,7 @@ def render_powered(run: dict) -> list[str]:
     """One run's answer claim: every system's EM / F1 / R@5 and cost, HyperProve's F1 against each
     peer (paired bootstrap 95% interval) and as a multiple of the best peer's, F1 by question type,
     and where each system's wrong answers failed (the first stage that failed)."""
-    from experiments.failures import STAGES
+    from experiments.failures import failure_counts
 
     summaries = typed_summaries(run)
     skip = run.get("config", {}).get("evaluation", {}).get("skip", 0)
@@ -323,18 +323,12 @@ def render_powered(run: dict) -> list[str]:
         if systems[best]["f1"]:
             lines.append(f"- hyperprove's F1 is {systems['hyperprove']['f1'] / systems[best]['f1']:.2f} times the best peer's ({best}).")
     typed = [s for s in summaries if s.get("per_type")]
-    kinds = list(dict.fromkeys(kind for s in typed for kind in s["per_type"]))
-    if kinds:
-        counts = {kind: next(s["per_type"][kind]["n"] for s in typed if kind in s["per_type"]) for kind in kinds}
-        lines += ["", "F1 by question type:", "", "| system | " + " | ".join(f"{kind} ({counts[kind]})" for kind in kinds) + " |",
-                  "|---|" + "---:|" * len(kinds)]
-        lines += [f"| {s['system']} | " + " | ".join(number(s["per_type"].get(kind, {}).get("f1")) for kind in kinds) + " |" for s in typed]
+    if typed:
+        lines += ["", "F1 by question type:", "", *type_table(typed, "f1")]
     failing = [s for s in summaries if s.get("failures")]
     if failing:
         lines += ["", "Answered right, and the wrong answers by the first stage that failed (after retrieval: the right passages "
-                  "were there):", "", "| system | right | " + " | ".join(STAGES) + " |", "|---|---:|" + "---:|" * len(STAGES)]
-        lines += [f"| {s['system']} | {s['failures']['right']} | " + " | ".join(str(s["failures"][stage]["n"]) for stage in STAGES) + " |"
-                  for s in failing]
+                  "were there):", "", *failure_counts(failing)]
     return lines + [""]
 
 

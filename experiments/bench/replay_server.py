@@ -57,13 +57,12 @@ class RecordedReplies:
 
     def miss(self, body: dict) -> str:
         """Where a request the record lacks departs from the nearest recorded one."""
-        from pipeline.lm_record import common_start, departure, messages_text
+        from pipeline.lm_record import departure
 
         asked = matched(body)
-        text = messages_text(asked)
-        nearest = max((matched(call["request"]) for call in self.record.calls.values()),
-                      key=lambda recorded: common_start(messages_text(recorded), text), default=None)
-        return f"no recorded reply for this request; the nearest recorded one {departure(nearest, asked)}" if nearest else "the record is empty"
+        nearest, _ = self.record.nearest(asked, {"system": None, "question": None, "step": None})  # nobody asked: among all
+        return f"no recorded reply for this request; the nearest recorded one {departure(matched(nearest['request']), asked)}" \
+            if nearest else "the record is empty"
 
     def completion(self, body: dict) -> dict | None:
         key = self.keys.get(request_match(body))
