@@ -92,9 +92,19 @@ class ResponseStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._db = sqlite3.connect(self.path, timeout=60, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, request TEXT NOT NULL, "
-                         "response TEXT NOT NULL, stored REAL NOT NULL)")
+        # Several processes opening a new store at once (Ray workers sharing the cache dir): switching
+        # to WAL can answer "database is locked" at once, without SQLite's wait, so it is asked again.
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, request TEXT NOT NULL, "
+                                 "response TEXT NOT NULL, stored REAL NOT NULL)")
+                break
+            except sqlite3.OperationalError as error:
+                if "locked" not in str(error) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
 
     def get(self, key: str):
         with self._lock:
