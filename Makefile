@@ -18,7 +18,7 @@ install: $(STAMP)
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q -c constraints.txt -e ".[dev,ray,postgres]"
+	$(BIN)/pip install -q -c constraints.txt -e ".[dev,ray,postgres,docs]"
 	touch $(STAMP)
 
 test: $(STAMP)

@@ -38,6 +38,7 @@ class QuestionWorker:
         load = (lambda: load_index(index_directory, expect=self.config.index)) if index_directory else None
         self.bench = make_workbench(self.config, passages, self.runtime.embedder, load, needs_index=index_directory is not None,
                                     index_label=str(index_directory))
+        self.runtime.embedder.load()  # now, not in the first question: a worker is ready when it says so
         self.session = self.runtime.session
         self.programs: dict[str, object] = {}
 

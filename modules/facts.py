@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
 class Passage:
-    """A corpus passage; its id is its position in the corpus (titles are not unique)."""
+    """A corpus passage; its id is its position in the corpus (titles are not unique). A passage
+    read from a folder knows where it came from ("file#chunk"); that is not part of its identity."""
 
     title: str
     text: str
+    source: str | None = field(default=None, compare=False)
 
     @property
     def titled_text(self) -> str:

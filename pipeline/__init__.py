@@ -19,6 +19,7 @@ _WHERE = {  # name -> the module that defines it
     "HyperProveError": "modules.errors",
     "Runtime": "pipeline.runtime",
     "load_corpus": "pipeline.corpus",
+    "read_folder": "pipeline.documents",
     "build_index": "pipeline.index",
     "save_index": "pipeline.index_store",
     "load_index": "pipeline.index_store",
@@ -28,6 +29,8 @@ _WHERE = {  # name -> the module that defines it
     "HypergraphRetriever": "modules.retriever",
     "HyperProve": "pipeline.program",
     "ask": "pipeline.program",
+    "Asker": "pipeline.program",
+    "make_app": "pipeline.server",
 }
 
 __all__ = list(_WHERE)

@@ -76,12 +76,12 @@ def cmd_index(args, make_runtime) -> dict:
     config = build_config(args)
     if args.add or args.delete:
         if args.corpus or args.out or not args.into or (args.add and args.delete):
-            raise HyperProveError("index --add NEW.json or --delete IDS.json (one of them) takes --into DIR (the index to change), and no corpus or --out")
+            raise HyperProveError("index --add NEW or --delete WHAT (one of them) takes --into DIR (the index to change), and no corpus or --out")
         if args.delete:
             return delete_from_index(args.delete, args.into, config, make_runtime(config))
         return add_to_index(args.add, args.into, config, make_runtime(config), make_runtime=make_runtime)
     if not args.corpus or not args.out or args.into:
-        raise HyperProveError("index: give a corpus and --out DIR (or --add NEW.json / --delete IDS.json --into DIR to change an index)")
+        raise HyperProveError("index: give a corpus or a folder and --out DIR (or --add NEW / --delete WHAT --into DIR to change an index)")
     return index_corpus(args.corpus, args.out, config, make_runtime(config), make_runtime=make_runtime)
 
 
@@ -124,6 +124,13 @@ def cmd_reproduce(args, make_runtime) -> dict:
 
     return reproduce(args.source, build_config(args).tracking, args.out, getattr(args, TOP_LEVEL), args.trust_record, make_runtime,
                      live=args.live)
+
+
+def cmd_serve(args, make_runtime) -> dict:
+    from pipeline.server import serve
+
+    config = build_config(args)
+    return serve(config, args.index, args.host, args.port, args.allow_remote, make_runtime(config))
 
 
 def cmd_serve_lm(args, make_runtime) -> dict:
@@ -229,12 +236,17 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     index = commands.add_parser("index", help="build a hypergraph index from a corpus, or add passages to one or delete them from it")
-    index.add_argument("corpus", nargs="?", help='corpus JSON: a list of {"title", "text"}')
+    index.add_argument("corpus", nargs="?", help='corpus JSON (a list of {"title", "text"}), or a folder of .txt, .md, .html, .pdf and '
+                       'corpus .json/.jsonl files, read recursively and split into passages')
     index.add_argument("--out", help="index directory to write (new, empty, or an earlier index)")
-    index.add_argument("--add", metavar="NEW.json", help="passages to append to the index given by --into (only they are extracted and embedded)")
-    index.add_argument("--delete", metavar="IDS.json", help="a JSON list of passage ids and/or titles to take out of the index given by --into")
+    index.add_argument("--add", metavar="NEW", help="a corpus file of passages to append to the index given by --into, or a folder to bring "
+                       "it up to date with: new and changed documents (only the passages whose text changed are extracted and embedded)")
+    index.add_argument("--delete", metavar="WHAT", help="a document or folder the index read, or a JSON list of passage ids, titles and "
+                       "document paths, to take out of the index given by --into")
     index.add_argument("--into", metavar="DIR", help="the index that --add grows or --delete shrinks, in place and atomically")
     _add_config_flags(index, retriever=False)
+    config_flag(index, "--passage-words", "index.passage_words", "a folder's documents: words a passage holds at most (an index keeps the split it was built with)")
+    config_flag(index, "--passage-overlap", "index.passage_overlap", "a folder's documents: words repeated where a paragraph is cut")
     _add_cluster_flags(index, "LM extraction (lm, lm-entities)")
     index.set_defaults(run=cmd_index)
 
@@ -247,6 +259,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_program_flags(ask)
     _add_tracking_flags(ask, "the question's MLflow trace", traces=True)
     ask.set_defaults(run=cmd_ask)
+
+    serve = commands.add_parser("serve", help="answer questions over an index on HTTP (POST /ask, a streaming page at /)")
+    serve.add_argument("index", help="index directory (from `hyperprove index`)")
+    serve.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine only)")
+    serve.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    serve.add_argument("--allow-remote", action="store_true", help="allow a --host other than loopback (the server has no authentication)")
+    _add_config_flags(serve)
+    _add_program_flags(serve)
+    _add_tracking_flags(serve, "each question's MLflow trace", traces=True)
+    serve.set_defaults(run=cmd_serve)
 
     demo = commands.add_parser("demo", help="index a small shipped corpus with the LM and answer three multi-hop questions")
     _add_config_flags(demo, extractor="lm")

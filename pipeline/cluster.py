@@ -50,8 +50,9 @@ def connect(address: str) -> None:
         else:
             ray.init(address=address, log_to_driver=False, runtime_env=runtime_env)
     except (ConnectionError, RuntimeError, ValueError) as error:
-        raise HyperProveError(f"--ray {address}: could not join the Ray cluster ({error}); start one with `ray start --head`, "
-                              "or pass --ray local") from None
+        raise HyperProveError(f"--ray {address}: could not join the Ray cluster ({error}); start one with `ray start --head` "
+                              "or pass --ray local; a cluster that wants a token (Ray logs InvalidAuthToken) needs RAY_AUTH_MODE=token "
+                              "and its token in ~/.ray/auth_token") from None
 
 
 def absolute_paths(config):

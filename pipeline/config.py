@@ -161,6 +161,10 @@ class IndexConfig:
     synonym_neighbors: int = Field(10, ge=1, le=1000)  # nearest names examined per entity for synonyms
     exact_search_max: int = Field(50_000, ge=1, le=10**9)  # above this many vectors FAISS search is IVF, not exact
     batch_size: int = Field(64, ge=1, le=4096)  # embedder batch size
+    # a folder of documents: passages of at most this many words (the benchmarks' passages are
+    # 44-80 words at the median, few over 120), and the words repeated where a paragraph is cut
+    passage_words: int = Field(120, ge=10, le=10_000)
+    passage_overlap: int = Field(20, ge=0, le=1000)
 
     # The fields that shape the index (batch_size only paces the embedder): what the index cache is
     # keyed on, and what an index loaded for a run must have been built with.

@@ -6,12 +6,15 @@ place, so two commands on one index change it one after the other.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
 
 from modules.errors import HyperProveError
+from modules.facts import Passage
+from pipeline.documents import FolderCorpus, file_of, read_folder
 from pipeline.files import (
     writer_lock,
 )
@@ -32,19 +35,25 @@ def index_corpus(corpus: str | Path, out: str | Path, config, runtime=None, log:
     from pipeline.runtime import Runtime
 
     check_index_target(out)
-    passages = load_corpus(corpus)
+    folder = read_folder(corpus, config.index.passage_words, config.index.passage_overlap, log) if Path(corpus).is_dir() else None
+    passages = folder.passages if folder else load_corpus(corpus)
+    if folder:
+        log(folder.summary())
     runtime = runtime or Runtime(config)
     say_where(config, log)
     extractor = extractor_for(config, runtime, make_runtime)
     started = time.perf_counter()
     with writer_lock(out, log):  # a second build into the same folder waits, then replaces this one whole
         index = build_index(passages, config.index, runtime.embedder, progress=True, extractor=extractor)
+        if folder:
+            index.info["documents"] = documents_record(folder, config.index.passage_words, config.index.passage_overlap)
         save_index(index, out)
     seconds = time.perf_counter() - started
     for line in describe_extraction(extractor):
         log(line)
     log(f"index written to {out}: {index.counts()} in {seconds:.1f} s")
-    return {"index": str(out), **index.counts(), "extractor": extractor.report(), "seconds": round(seconds, 2)}
+    return {"index": str(out), **index.counts(), **({"files": len(folder.files), "skipped": len(folder.skipped)} if folder else {}),
+            "extractor": extractor.report(), "seconds": round(seconds, 2)}
 
 
 def say_where(config, log: Callable[[str], None]) -> None:
@@ -57,41 +66,117 @@ def say_where(config, log: Callable[[str], None]) -> None:
 
 def add_to_index(added_corpus: str | Path, directory: str | Path, config, runtime=None, log: Callable[[str], None] = print,
                  make_runtime: Callable | None = None) -> dict:
-    """`hyperprove index --add NEW.json --into DIR`: the passages of `added_corpus` appended to the
-    index in `directory` as its next generation, written atomically over it (a kill leaves the
-    previous generation, loadable and unchanged; running the command again finishes the job).
-    Passages the index already holds (same title and text) are skipped, so a second run after a
-    finished one adds nothing."""
+    """`hyperprove index --add NEW --into DIR`: the passages of a corpus file appended to the index
+    in `directory`, or a folder's documents brought up to date (`folder_update`), as its next
+    generation, written atomically over it (a kill leaves the previous generation, loadable and
+    unchanged; running the command again finishes the job). Passages the index already holds
+    (same title and text) are skipped, so a second run after a finished one changes nothing."""
     import time
 
     from pipeline.corpus import load_corpus
     from pipeline.extract import describe_extraction, extractor_for
     from pipeline.runtime import Runtime
 
-    offered = load_corpus(added_corpus)
     with writer_lock(directory, log):  # one writer at a time: a second waits, then adds to this one's generation
         index = load_index(directory, expect=config.index)
-        present = {(p.title, p.text) for p in index.passages}
-        added = [p for p in dict.fromkeys(offered) if (p.title, p.text) not in present]  # so that running it again adds nothing twice
-        if len(added) < len(offered):
-            log(f"{len(offered) - len(added)} of the {len(offered)} passages are in the index already (or repeated): skipped")
-        if not added:
-            log(f"{directory}: nothing to add; generation {index.generation} stays")
-            return {"index": str(directory), "generation": index.generation, "added": 0, **index.counts(), "seconds": 0.0}
+        if Path(added_corpus).is_dir():
+            update = folder_update(index, added_corpus, log)
+        else:
+            offered = load_corpus(added_corpus)
+            update = FolderUpdate(removed=np.zeros(0, dtype=np.int64), added=new_passages(index, offered, set()))
+            if len(update.added) < len(offered):
+                log(f"{len(offered) - len(update.added)} of the {len(offered)} passages are in the index already (or repeated): skipped")
+        base, before = index.generation, index.counts()
+        if not update.changes_anything(index):
+            log(f"{directory}: nothing to add; generation {base} stays")
+            return {"index": str(directory), "generation": base, "added": 0, "removed": 0, **before, "seconds": 0.0}
         runtime = runtime or Runtime(config)
-        say_where(config, log)
-        extractor = extractor_for(config, runtime, make_runtime)
         started = time.perf_counter()
-        before, base = index.counts(), index.generation
-        index = grow_index(index, added, config.index, runtime.embedder, progress=True, extractor=extractor)
+        index.passages = update.passages or index.passages
+        extractor = None
+        if len(update.removed):
+            index = shrink_index(index, update.removed, config.index, runtime.embedder)
+        if update.added:
+            say_where(config, log)
+            extractor = extractor_for(config, runtime, make_runtime)
+            index = grow_index(index, update.added, config.index, runtime.embedder, progress=True, extractor=extractor)
+        if update.documents is not None:
+            index.info["documents"] = update.documents
         save_index(index, directory, replaces=base)
     seconds = time.perf_counter() - started
-    for line in describe_extraction(extractor):
+    for line in describe_extraction(extractor) if extractor else ():
         log(line)
-    generation = index.generation
-    log(f"{directory}: generation {generation}, {len(added)} passages added ({before['passages']} -> {len(index.passages)}): "
-        f"{index.counts()} in {seconds:.1f} s")
-    return {"index": str(directory), "generation": generation, "added": len(added), **index.counts(), "seconds": round(seconds, 2)}
+    removed = f" and {len(update.removed)} removed" if len(update.removed) else ""
+    log(f"{directory}: generation {index.generation}, {len(update.added)} passages added{removed} "
+        f"({before['passages']} -> {len(index.passages)}): {index.counts()} in {seconds:.1f} s")
+    return {"index": str(directory), "generation": index.generation, "added": len(update.added), "removed": len(update.removed),
+            **index.counts(), "seconds": round(seconds, 2)}
+
+
+def new_passages(index: HypergraphIndex, offered: Sequence[Passage], leaving: set[int]) -> list[Passage]:
+    """`offered` less repeats and passages the index holds (but for those at positions `leaving`)."""
+    present = {p for k, p in enumerate(index.passages) if k not in leaving}
+    return [p for p in dict.fromkeys(offered) if p not in present]
+
+
+@dataclass
+class FolderUpdate:
+    """What bringing an index up to date with a folder changes: passages leaving (positions) and
+    coming, the index's passages with their sources renumbered, and its documents record."""
+
+    removed: np.ndarray
+    added: list[Passage]
+    passages: list[Passage] | None = None
+    documents: dict | None = None
+
+    def changes_anything(self, index: HypergraphIndex) -> bool:
+        return bool(len(self.removed) or self.added or (self.documents is not None and self.documents != index.info.get("documents"))
+                    or (self.passages is not None and [p.source for p in self.passages] != [p.source for p in index.passages]))
+
+
+def documents_record(folder: FolderCorpus, words: int, overlap: int, earlier: dict | None = None) -> dict:
+    """What an index keeps of the folders it read: the first folder's path (documents are keyed
+    relative to it), the split they were read with, and each document's checksum."""
+    record = earlier or {"root": str(folder.root.resolve()), "words": words, "overlap": overlap, "files": {}}
+    return {**record, "files": dict(sorted({**record["files"], **folder.files}.items()))}
+
+
+def folder_prefix(documents: dict | None, folder: str | Path) -> str:
+    """Where `folder` sits under the index's first folder ("" for that folder, "sub/" inside
+    it); a folder elsewhere keys its documents by their absolute path."""
+    resolved = Path(folder).resolve()
+    if documents is None:
+        return ""
+    try:
+        inside = resolved.relative_to(documents["root"]).as_posix()
+    except ValueError:
+        return resolved.as_posix() + "/"
+    return "" if inside == "." else inside + "/"
+
+
+def folder_update(index: HypergraphIndex, folder: str | Path, log: Callable[[str], None] = print) -> FolderUpdate:
+    """The folder's documents against the index's record of them, split as the index's documents
+    were: an unchanged file (same checksum) is left alone; of a changed one only the passages
+    whose text changed leave and come (the others keep their ids and take their new sources); a
+    new one comes whole. A document of the index that the folder no longer holds is kept and
+    named (`--delete` takes it out)."""
+    documents = index.info.get("documents")
+    words = documents["words"] if documents else index.info["config"].get("passage_words", 120)
+    overlap = documents["overlap"] if documents else index.info["config"].get("passage_overlap", 20)
+    prefix = folder_prefix(documents, folder)
+    read = read_folder(folder, words, overlap, log, prefix=prefix)
+    known = documents["files"] if documents else {}
+    changed = {key for key, digest in read.files.items() if known.get(key) != digest}
+    missing = sorted(key for key in known if key.startswith(prefix) and key not in read.files)
+    log(f"{read.summary()}; {len(changed)} new or changed, {len(read.files) - len(changed)} unchanged"
+        + (f"; {len(missing)} in the index but no longer here, kept (index --delete FILE --into ... takes one out): {', '.join(missing[:3])}"
+           + (" ..." if len(missing) > 3 else "") if missing else ""))
+    coming = [p for p in read.passages if file_of(p.source) in changed]
+    source_now = {p: p.source for p in coming}
+    leaving = {k for k, p in enumerate(index.passages) if file_of(p.source) in changed and p not in source_now}
+    passages = [Passage(p.title, p.text, source_now.get(p, p.source)) if file_of(p.source) in changed else p for p in index.passages]
+    return FolderUpdate(removed=np.array(sorted(leaving), dtype=np.int64), added=new_passages(index, coming, leaving),
+                        passages=passages, documents=documents_record(read, words, overlap, documents))
 
 
 def read_deletions(path: str | Path) -> list[int | str]:
@@ -119,10 +204,14 @@ def passages_to_remove(index: HypergraphIndex, wanted: Sequence[int | str], sour
     titled: dict[str, list[int]] = {}
     for k, passage in enumerate(index.passages):
         titled.setdefault(passage.title, []).append(k)
+        if passage.source:
+            titled.setdefault(file_of(passage.source), []).append(k)  # a document's path names its passages
     removed_in = {}
     for generation in index.info.get("generations", []):
         for passage_id, title in generation.get("removed_passages", []):
             removed_in[passage_id] = removed_in[title] = generation["generation"]
+        for path in generation.get("removed_files", []):
+            removed_in[path] = generation["generation"]
     positions: list[int] = []
     for item_number, item in enumerate(wanted):
         found = [position_of[item]] if isinstance(item, int) and item in position_of else titled.get(item, []) if isinstance(item, str) else []
@@ -136,18 +225,32 @@ def passages_to_remove(index: HypergraphIndex, wanted: Sequence[int | str], sour
     return np.unique(np.array(positions, dtype=np.int64))
 
 
+def named_documents(index: HypergraphIndex, path: str | Path) -> list[str] | None:
+    """The index's documents that `path` names (a document, or a folder holding some, as a path
+    on disk or as the index keys it); None when the index holds no folder's documents or `path`
+    names none of them, nor one removed earlier (then it is a deletions file)."""
+    documents = index.info.get("documents")
+    if not documents:
+        return None
+    given, key = Path(path).as_posix(), folder_prefix(documents, path).removesuffix("/")  # key "": the first folder itself
+    named = [k for k in documents["files"] if k in (key, given) or k.startswith(f"{key}/" if key else "") or k.startswith(f"{given}/")]
+    earlier = [k for g in index.info.get("generations", []) for k in g.get("removed_files", []) if k in (key, given)]
+    return (named or earlier) or None
+
+
 def delete_from_index(deletions: str | Path, directory: str | Path, config, runtime=None, log: Callable[[str], None] = print) -> dict:
-    """`hyperprove index --delete IDS.json --into DIR`: the passages named in `deletions` (ids or
-    titles) taken out of the index in `directory` as its next generation, written atomically over
+    """`hyperprove index --delete IDS.json --into DIR`: the passages named in `deletions` (a list of
+    ids, titles and document paths; or a document or folder of documents the index read) taken out of the index in `directory` as its next generation, written atomically over
     it (a kill leaves the previous generation; running the command again finishes the job, and
     after a finished run it finds nothing left to delete)."""
     import time
 
     from pipeline.runtime import Runtime
 
-    wanted = read_deletions(deletions)
     with writer_lock(directory, log):  # one writer at a time: a second waits, then deletes from this one's generation
         index = load_index(directory, expect=config.index)
+        named = named_documents(index, deletions)
+        wanted = named if named is not None else read_deletions(deletions)
         removed = passages_to_remove(index, wanted, str(deletions), log)
         if not len(removed):
             log(f"{directory}: nothing to delete; generation {index.generation} stays")
@@ -157,7 +260,12 @@ def delete_from_index(deletions: str | Path, directory: str | Path, config, runt
         runtime = runtime or Runtime(config)
         started = time.perf_counter()
         before, base = index.counts(), index.generation
+        documents = index.info.get("documents")
         index = shrink_index(index, removed, config.index, runtime.embedder)
+        if documents:  # a document none of whose passages is left leaves the record
+            left = {file_of(p.source) for p in index.passages}
+            index.info["documents"] = {**documents, "files": {k: v for k, v in documents["files"].items() if k in left}}
+            index.info["generations"][-1]["removed_files"] = sorted(documents["files"].keys() - left)
         save_index(index, directory, replaces=base)
     seconds = time.perf_counter() - started
     change = index.info["generations"][-1]

@@ -94,7 +94,7 @@ def _write_index(index: HypergraphIndex, directory: Path, replaces: int | None) 
         entity_ptr = index.fact_entities.indptr
         owner = np.repeat(np.arange(len(index.fact_text)), np.diff(entity_ptr))
         listed = index.fact_entities.indices[np.lexsort((index.entity_order, owner))]  # each fact's entities as it listed them
-        atomic_write_jsonl(scratch / "passages.jsonl", ({"id": int(i), "title": p.title, "text": p.text}
+        atomic_write_jsonl(scratch / "passages.jsonl", ({"id": int(i), "title": p.title, "text": p.text, **({"source": p.source} if p.source else {})}
                                                         for i, p in zip(index.passage_ids, index.passages)))
         surfaces: dict[int, list] = {}
         for (row, entity), name in sorted(index.surfaces.items()):
@@ -279,7 +279,8 @@ def _read_index(directory: Path, manifest: dict) -> HypergraphIndex:
     passage_ids, passages = array("q"), []
     for row in _jsonl_rows(directory / "passages.jsonl"):
         passage_ids.append(row["id"])
-        passages.append(Passage(title=_text(row["title"], "a passage title"), text=_text(row["text"], "a passage text")))
+        passages.append(Passage(title=_text(row["title"], "a passage title"), text=_text(row["text"], "a passage text"),
+                                source=_text(row["source"], "a passage source") if "source" in row else None))
     fact_text, fact_passage, lengths, listed, surfaces = [], array("q"), array("q"), array("q"), {}
     for number, fact in enumerate(_jsonl_rows(directory / "facts.jsonl")):  # columns, filled a row at a time
         fact_text.append(_text(fact["text"], "a fact text"))
@@ -321,7 +322,7 @@ def _read_index(directory: Path, manifest: dict) -> HypergraphIndex:
         if vectors[name].shape != (count, dim) or len(indexes[name]) != count:
             raise HyperProveError(f"{directory}: {name} vectors do not match the manifest counts; rebuild the index")
         check_vectors(directory, name, vectors[name], dim, count)
-    info = {key: manifest[key] for key in ("extractor", "embedder", "config", "corpus_sha256", "generations", "built_on", "next_passage_id")
+    info = {key: manifest[key] for key in ("extractor", "embedder", "config", "corpus_sha256", "generations", "built_on", "next_passage_id", "documents")
             if key in manifest}
     return HypergraphIndex.from_parts(passages, fact_text, np.array(fact_passage, dtype=np.int64), fact_entities, entity_names, synonyms,
                                       vectors, indexes, info, passage_ids=np.array(passage_ids, dtype=np.int64), surfaces=surfaces,

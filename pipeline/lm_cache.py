@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
+import sys
 import threading
 import time
 from pathlib import Path
@@ -32,9 +33,9 @@ NATIVE_RESULT = CACHE_FORMAT  # DSPy's native engine (the embedded model, OpenAI
 def response_data(value: Any) -> dict | None:
     """A value DSPy's LM cache holds, as plain JSON data (`{"kind", "response"}`); None for any
     other value (kept in memory only)."""
-    from litellm import ModelResponse
+    litellm = sys.modules.get("litellm")  # a LiteLLM reply exists only where LiteLLM was imported (importing it costs seconds)
 
-    if type(value) is ModelResponse:
+    if litellm is not None and type(value) is litellm.ModelResponse:
         kind, data = CHAT_COMPLETION, value.model_dump(mode="json")
     elif isinstance(value, dict) and value.get("_dspy_format") == NATIVE_RESULT:
         kind, data = NATIVE_RESULT, value

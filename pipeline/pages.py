@@ -36,9 +36,10 @@ def reached_passages(record: dict) -> set[int]:
     return set(record.get("passages", [])[:5]) | {fact["passage"] for hop in record.get("chain") or [] for fact in hop.get("facts", [])}
 
 
-def chain_view(record: dict, titles: Sequence[str], gold: dict | None = None) -> dict:
+def chain_view(record: dict, titles: Sequence[str], gold: dict | None = None, sources: Sequence[str | None] | None = None) -> dict:
     """What a page shows of one answer (`record`: a prediction row, or what `ask` returns);
-    `gold` ({"answer", "passages", "steps": [(question, answer), ...]}) adds the gold marks."""
+    `gold` ({"answer", "passages", "steps": [(question, answer), ...]}) adds the gold marks,
+    `sources` (per passage, the file it came from) where each passage came from."""
     gold_passages = set(gold["passages"]) if gold else set()
     steps = gold["steps"] if gold else []
     first_seen: dict[int, int] = {}  # fact id -> the hop whose table shows it first (its anchor)
@@ -68,17 +69,30 @@ def chain_view(record: dict, titles: Sequence[str], gold: dict | None = None) ->
         "gold_answer": gold["answer"] if gold else None,
         "verdict": None if em is None else "right" if em >= 1 else "wrong",
         "scores": [(label, f"{record[key]:.2f}") for key, label in SCORES if record.get(key) is not None],
-        "hops": hops, "fallbacks": record.get("fallbacks", []),
-        "passages": [{"id": p, "title": titles[p], "gold": p in gold_passages} for p in record.get("passages", [])[:5]],
+        "hops": hops, "fallbacks": record.get("fallbacks", []), "system": None, "stage": None, "index": None,
+        "passages": [{"id": p, "title": titles[p], "gold": p in gold_passages, "source": sources[p] if sources else None}
+                     for p in record.get("passages", [])[:5]],
         "gold_passages": [{"id": p, "title": titles[p], "reached": p in reached} for p in sorted(gold_passages)],
     }
 
 
 def chain_page(record: dict, titles: Sequence[str], gold: dict | None = None, system: str | None = None,
-               stage: str | None = None, index: str | None = None) -> str:
+               stage: str | None = None, index: str | None = None, sources: Sequence[str | None] | None = None) -> str:
     """One answer's page; `stage` names where a wrong answer failed, `index` links back."""
-    page = {**chain_view(record, titles, gold), "system": system, "stage": stage, "index": index}
+    page = {**chain_view(record, titles, gold, sources), "system": system, "stage": stage, "index": index}
     return _templates().get_template("chain.html").render(page=page)
+
+
+def chain_parts():
+    """The macros of `templates/chain_parts.html` (summary, plan, hop_section, chain_body, ...),
+    for a page built a piece at a time."""
+    return _templates().get_template("chain_parts.html").module
+
+
+def live_page(title: str, note: str) -> str:
+    """The page of `hyperprove serve`: a question box; the plan, each hop and the final chain
+    appear as the server streams them."""
+    return _templates().get_template("serve.html").render(title=title, note=note)
 
 
 def index_page(title: str, columns: Sequence[str], rows: Sequence[dict], note: str | None = None, up: str | None = None) -> str:

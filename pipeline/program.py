@@ -57,8 +57,11 @@ from __future__ import annotations
 
 import re
 import time
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import asdict
 from pathlib import Path
+from typing import Callable, Iterator
 
 import dspy
 from dspy.utils.exceptions import AdapterParseError
@@ -82,6 +85,25 @@ from pipeline.config import ProgramConfig
 # What a small model gets wrong: unparseable output, the wrong shape, values that fail validation.
 LM_FAILURES = (AdapterParseError, MalformedOutput, ValueError)
 
+# Who hears of a question's progress in this context (thread): ("plan", {"sub_questions"}), then
+# ("hop", the chain entry) as each hop is answered. A context variable, so that one program
+# answering in several threads at once tells each caller of its own question only.
+HOP_LISTENER: ContextVar[Callable[[str, dict], None] | None] = ContextVar("hop_listener", default=None)
+
+
+@contextmanager
+def hops_to(listener: Callable[[str, dict], None] | None) -> Iterator[None]:
+    token = HOP_LISTENER.set(listener)
+    try:
+        yield
+    finally:
+        HOP_LISTENER.reset(token)
+
+
+def tell(event: str, data: dict) -> None:
+    if (listener := HOP_LISTENER.get()) is not None:
+        listener(event, data)
+
 
 class HyperProve(dspy.Module):
     """Question -> answer and the evidence chain (per hop: sub-question, query, facts, answer)."""
@@ -102,6 +124,7 @@ class HyperProve(dspy.Module):
         config, fallbacks = self.config, []
         planned = comparison_plan(question) if config.comparison_plans else None
         sub_questions = planned or self.sub_questions(question, fallbacks)
+        tell("plan", {"sub_questions": list(sub_questions)})
 
         frontier: list[int] = []
         answers: list[str] = []
@@ -148,6 +171,7 @@ class HyperProve(dspy.Module):
                 "supporting": supporting,
                 "passages": hop.passages[:5],
             })
+            tell("hop", chain[-1])
 
         passages = interleave_passages(hop_passages)
         decision = self.answer_by_rule(question, chain, fallbacks)
@@ -341,42 +365,75 @@ def answer_record(question: str, prediction: dspy.Prediction) -> dict:
             **({"by_rule": prediction.by_rule} if prediction.get("by_rule") else {})}
 
 
+class Asker:
+    """A saved index and the program of a config, loaded once, answering questions: one for
+    `ask`, many (from several threads at once) for `serve`."""
+
+    def __init__(self, config, index_directory: str | Path, runtime=None):
+        from pipeline.index_store import load_index
+        from pipeline.runtime import Runtime
+
+        self.runtime = runtime or Runtime(config)
+        self.program = program_for(None, config)  # a bad --program fails before the index and the LM load
+        self.index = load_index(index_directory, expect_embedder=config.index.embedder)
+        self.program.retriever = self.index.retriever(config.retriever, self.runtime.embedder.encode_query)
+        self.titles = [passage.title for passage in self.index.passages]
+        self.passage_sources = [passage.source for passage in self.index.passages]  # "file#chunk" for a folder's passages
+        # the LM, the embedder and the traces now, in this thread: DSPy is configured by the thread
+        # that starts it, and questions answered in several threads share one of each
+        self.runtime.session, self.runtime.traces
+        self.runtime.embedder.load()
+
+    def __call__(self, question: str, listener: Callable[[str, dict], None] | None = None) -> tuple[dict, dspy.Prediction]:
+        """The answer record (the chain, the top passages with their text and files, the LM's
+        cost) and the prediction;
+        `listener` hears the plan and each hop as they come (`hops_to`). LM cost and seconds are
+        the question's own when questions are answered one at a time."""
+        from pipeline.lm_profile import profile_delta
+
+        if not question.strip():
+            raise HyperProveError("the question is empty")
+        session = self.runtime.session
+        started, before = time.perf_counter(), session.profile.snapshot()
+        with hops_to(listener), self.runtime.question_trace(question) as finish:
+            prediction = self.program(question)
+            finish(prediction.answer, prediction.fallbacks)
+        steps = {step: asdict(cost) for step, cost in profile_delta(session.profile.snapshot(), before).items()}
+        record = {**answer_record(question, prediction), "passages": list(prediction.passages),
+                  "sources": self.sources(prediction.passages[:5]), "lm": session.id,
+                  "lm_calls": sum(cost["calls"] for cost in steps.values()), "lm_steps": steps,
+                  "seconds": round(time.perf_counter() - started, 2)}
+        return record, prediction
+
+    def sources(self, passages) -> list[dict]:
+        """Passages as the answer's reader sees them: id, title, text, and the file they came from."""
+        return [{"id": int(p), "title": passage.title, "text": passage.text, **({"source": passage.source} if passage.source else {})}
+                for p in passages for passage in [self.index.passages[p]]]
+
+
 def ask(config, index_directory: str, question: str, runtime=None, log=print, profile: bool = False, html: str | None = None) -> dict:
     """Answer one question over a saved index with the program of `config`; logs the chain, with
     `profile` what each LM step cost (calls, tokens, tokens from the prompt cache, seconds), with
     `html` writes the chain as an evidence-chain page to that file, and with tracking on logs the
     question as one MLflow trace."""
     from pipeline.files import atomic_write_bytes
-    from pipeline.index_store import load_index
-    from pipeline.lm_profile import profile_delta, profile_table
+    from pipeline.lm_profile import profile_table
     from pipeline.pages import chain_page
-    from pipeline.runtime import Runtime
 
     if not question.strip():
         raise HyperProveError("the question is empty")
     if html and Path(html).is_dir():
         raise HyperProveError(f"--html {html}: is a folder; name the page file to write")
-    runtime = runtime or Runtime(config)
-    program = program_for(None, config)  # a bad --program fails before the index and the LM load
-    index = load_index(index_directory, expect_embedder=config.index.embedder)
-    program.retriever = index.retriever(config.retriever, runtime.embedder.encode_query)
-    session = runtime.session
-    started, before = time.perf_counter(), session.profile.snapshot()
-    with runtime.question_trace(question) as finish:
-        prediction = program(question)
-        finish(prediction.answer, prediction.fallbacks)
-    seconds = round(time.perf_counter() - started, 2)
-    traced = runtime.traces.close() if runtime.traces_started else 0
-    steps = {step: asdict(cost) for step, cost in profile_delta(session.profile.snapshot(), before).items()}
+    asker = Asker(config, index_directory, runtime)
+    record, prediction = asker(question)
+    traced = asker.runtime.traces.close() if asker.runtime.traces_started else 0
     log(f"Q: {question}")
     log("\n".join(format_chain(prediction)))
     log(f"A: {prediction.answer}")
     if profile:
-        log(profile_table(steps).rstrip())
-    record = {**answer_record(question, prediction), "passages": list(prediction.passages), "lm": session.id,
-              "lm_calls": sum(cost["calls"] for cost in steps.values()), "lm_steps": steps, "seconds": seconds}
+        log(profile_table(record["lm_steps"]).rstrip())
     if html:
-        atomic_write_bytes(Path(html), chain_page(record, [passage.title for passage in index.passages]).encode())
+        atomic_write_bytes(Path(html), chain_page(record, asker.titles, sources=asker.passage_sources).encode())
         log(f"evidence chain: {html}")
     if traced:
         log(f"trace: in MLflow experiment {config.tracking.experiment!r} of {config.tracking.uri} (`hyperprove ui` shows it)")

@@ -563,10 +563,10 @@ def test_index_add_and_delete_change_an_index_that_evaluate_checks_against_its_c
     # one line for the wrong combinations
     for wrong in (["--add", tmp_path / "rest.json"], ["--add", tmp_path / "rest.json", "--delete", tmp_path / "gone.json", "--into", tmp_path / "idx"]):
         code, _, err = run_scripted(capsys, scripted_cli, "index", *wrong, "--embedder", "test-hash")
-        assert code == 2 and err == ("error: index --add NEW.json or --delete IDS.json (one of them) takes --into DIR (the index to change), "
+        assert code == 2 and err == ("error: index --add NEW or --delete WHAT (one of them) takes --into DIR (the index to change), "
                                      "and no corpus or --out\n")
     code, _, err = run_scripted(capsys, scripted_cli, "index", files / "corpus.json", "--embedder", "test-hash")
-    assert code == 2 and err == "error: index: give a corpus and --out DIR (or --add NEW.json / --delete IDS.json --into DIR to change an index)\n"
+    assert code == 2 and err == "error: index: give a corpus or a folder and --out DIR (or --add NEW / --delete WHAT --into DIR to change an index)\n"
 
 
 def test_index_with_the_lm_entities_extractor_names_it_and_its_lm(files, capsys, scripted_cli):

@@ -440,9 +440,14 @@ def test_a_long_run_of_abbreviations_is_one_sentence():
 
 
 # --- tracebacks that are now one line -------------------------------------------------------------------------------
-def test_a_directory_as_the_corpus_is_one_line(files, capsys):
-    code, _, err = run(capsys, "index", files, "--out", files / "idx", "--embedder", "test-hash")
-    assert code == 2 and one_line(err) == f"{files}: is a directory, not a corpus file"
+def test_a_folder_indexed_into_itself_never_reads_its_index_back(files, capsys):
+    """A folder is a corpus: its corpus file read, the questions file (no "title") skipped with one
+    line, and the index written inside it left alone when the folder is read again."""
+    code, out, _ = run(capsys, "index", files, "--out", files / "idx", "--embedder", "test-hash")
+    assert code == 0 and f"{files / 'questions.json'}: skipped: not a readable JSON file (item 0: field \"title\" is missing)" in out
+    assert f"{files}: 1 files, {len(CORPUS)} passages; 1 skipped" in out
+    code, out, _ = run(capsys, "index", "--add", files, "--into", files / "idx", "--embedder", "test-hash")
+    assert code == 0 and "0 new or changed, 1 unchanged" in out and "nothing to add" in out
 
 
 @pytest.fixture

@@ -1,0 +1,239 @@
+"""A folder of documents as a corpus: each format read, the split, and an index kept up to date with
+a changing folder (only the passages whose text changed are redone)."""
+
+import json
+
+import pytest
+
+from modules.errors import HyperProveError
+from pipeline.cli import main
+from pipeline.documents import read_folder, read_html, read_markdown, read_pdf, read_plain, split_text
+from tests.test_cli import Scripted
+
+
+def words(n: int, start: int = 0) -> str:
+    return " ".join(f"W{k}" for k in range(start, start + n))
+
+
+def test_paragraphs_that_fit_are_packed_whole():
+    text = f"{words(30)}\n\n{words(50, 30)}\n\n{words(40, 80)}\n\n\n{words(10, 120)}"
+    # 30 + 50 fit in 100; 40 does not fit beside them and starts the next; 10 joins it
+    assert split_text(text, max_words=100, overlap=20) == [words(80), words(50, 80)]
+
+
+def test_a_long_paragraph_is_cut_at_sentences_with_overlap():
+    sentences = [f"{words(12, 12 * k)}." for k in range(5)]  # five sentences of 12 words
+    chunks = split_text(" ".join(sentences), max_words=30, overlap=15)
+    # 12+12 fit; the third would make 36: cut, and the next run repeats the last sentence (12 <= 15)
+    assert chunks == [" ".join(sentences[0:2]), " ".join(sentences[1:3]), " ".join(sentences[2:4]), " ".join(sentences[3:5])]
+    assert all(len(chunk.split()) <= 30 for chunk in chunks)
+    # without overlap nothing repeats
+    assert split_text(" ".join(sentences), max_words=30, overlap=0) == [" ".join(sentences[0:2]), " ".join(sentences[2:4]), sentences[4]]
+
+
+def test_a_sentence_longer_than_the_budget_is_cut_in_windows():
+    assert split_text(words(25), max_words=10, overlap=0) == [words(10), words(10, 10), words(5, 20)]
+
+
+def test_markdown_headings_become_sections_and_marks_go(tmp_path):
+    text = b"""---
+layout: page
+title: "The Title"
+---
+Before any heading, see [the site](http://example.org) and **this**.
+
+## Early life
+- Born in `London`.
+
+### School
+Went to school.
+
+Career
+------
+Worked.
+```
+# a comment, not a heading
+```
+"""
+    title, sections = read_markdown(tmp_path / "page.md", text)
+    assert title == "The Title"
+    assert [(s.heading, " ".join(s.text.split())) for s in sections] == [
+        ("", "Before any heading, see the site and this."),
+        ("Early life", "Born in London."),
+        ("Early life › School", "Went to school."),
+        ("Career", "Worked. # a comment, not a heading"),
+    ]
+
+
+def test_markdown_first_level_one_heading_is_the_title(tmp_path):
+    title, sections = read_markdown(tmp_path / "notes_on-things.md", b"# Ada Lovelace\n\nA mathematician.\n\n# Later\nMore.")
+    assert title == "Ada Lovelace" and [(s.heading, s.text.strip()) for s in sections] == [("", "A mathematician."), ("Later", "More.")]
+    title, _ = read_markdown(tmp_path / "notes_on-things.md", b"Just text.")
+    assert title == "notes on things"
+
+
+def test_html_main_text_without_navigation_scripts_footer_or_link_lists(tmp_path):
+    page = b"""<html><head><title>Lord Byron</title><style>p {}</style></head><body>
+    <nav><a href="/">Home</a></nav><header>Site header</header>
+    <main><h1>Lord Byron</h1><div class="toc"><a href="#life">Life</a> | <a href="#family">Family and heirs</a></div>
+    <p>Lord Byron was a <b>poet</b>, see <a href="/poets">the poets</a>.</p><!-- hidden -->
+    <h2>Family</h2><ul><li>Daughter: Ada</li><li>Wife: Anne</li></ul><div>A loose line<br>and another</div>
+    <script>var x = "not text";</script></main><footer>Copyright</footer></body></html>"""
+    title, sections = read_html(tmp_path / "byron.html", page)
+    assert title == "Lord Byron"
+    assert [(s.heading, s.text) for s in sections] == [
+        ("", "Lord Byron was a poet, see the poets."),  # the table of contents (all links) is navigation
+        ("Family", "Daughter: Ada\n\nWife: Anne\n\nA loose line\n\nand another"),
+    ]
+
+
+def pdf_bytes(pages: list[str], title: str | None = None) -> bytes:
+    """A minimal PDF, one line of Helvetica text a page, its xref offsets computed."""
+    objects = ["<< /Type /Catalog /Pages 2 0 R >>", None, "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"]
+    kids = []
+    for text in pages:
+        stream = f"BT /F1 12 Tf 72 720 Td ({text}) Tj ET"
+        objects.append(f"<< /Length {len(stream)} >>\nstream\n{stream}\nendstream")
+        objects.append(f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents {len(objects)} 0 R "
+                       "/Resources << /Font << /F1 3 0 R >> >> >>")
+        kids.append(f"{len(objects)} 0 R")
+    objects[1] = f"<< /Type /Pages /Kids [{' '.join(kids)}] /Count {len(kids)} >>"
+    if title:
+        objects.append(f"<< /Title ({title}) >>")
+    out, offsets = b"%PDF-1.4\n", []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += f"{number} 0 obj\n{body}\nendobj\n".encode()
+    xref = len(out)
+    out += f"xref\n0 {len(objects) + 1}\n0000000000 65535 f \n".encode() + b"".join(f"{o:010d} 00000 n \n".encode() for o in offsets)
+    info = f" /Info {len(objects)} 0 R" if title else ""
+    return out + f"trailer\n<< /Size {len(objects) + 1} /Root 1 0 R{info} >>\nstartxref\n{xref}\n%%EOF\n".encode()
+
+
+def test_pdf_pages_become_sections_titled_by_the_pdf(tmp_path):
+    title, sections = read_pdf(tmp_path / "a_report.pdf", pdf_bytes(["Ada was born in 1815.", "She died in 1852."], title="Ada's life"))
+    assert title == "Ada's life"
+    assert [(s.heading, s.text.strip()) for s in sections] == [("p. 1", "Ada was born in 1815."), ("p. 2", "She died in 1852.")]
+    title, _ = read_pdf(tmp_path / "a_report.pdf", pdf_bytes(["x"]))
+    assert title == "a report"
+
+
+def test_plain_text_takes_a_heading_line_as_its_title(tmp_path):
+    assert read_plain(tmp_path / "b.txt", b"Charles Babbage\n\nHe was born in 1791.")[0] == "Charles Babbage"
+    assert read_plain(tmp_path / "b_c.txt", b"He was born in 1791.\n\nHe died.")[0] == "b c"
+
+
+def test_a_folder_reads_every_kind_and_reports_what_it_skips(tmp_path):
+    docs = tmp_path / "docs"
+    (docs / "sub").mkdir(parents=True)
+    (docs / "a.md").write_text("# Ada\n\nAda was a mathematician.\n\n## Family\nHer father was Byron.\n")
+    (docs / "sub" / "b.txt").write_text("Babbage was born in London.")
+    (docs / "c.html").write_text("<title>Byron</title><p>Byron was a poet.</p>")
+    (docs / "d.pdf").write_bytes(pdf_bytes(["Anne was born in 1792."]))
+    (docs / "e.json").write_text(json.dumps([{"title": "Jaws", "text": "Jaws is a film."}]))
+    (docs / "f.jsonl").write_text(json.dumps({"title": "Ohio", "text": "Ohio is a state."}) + "\n")
+    (docs / "copy.md").write_text("# Ada\n\nAda was a mathematician.\n")  # every passage repeats a.md's
+    (docs / "binary.txt").write_bytes(b"\x00\x01\x02")
+    (docs / "empty.md").write_text("\n\n")
+    (docs / "broken.pdf").write_bytes(b"%PDF-1.4 not really")
+    (docs / "bad.json").write_text(json.dumps([{"title": "x"}]))
+    (docs / "picture.png").write_bytes(b"\x89PNG")
+    (docs / ".hidden.md").write_text("secret")
+    lines = []
+    folder = read_folder(docs, log=lines.append)
+    assert [(p.title, p.text, p.source) for p in folder.passages] == [
+        ("Ada", "Ada was a mathematician.", "a.md#0"),
+        ("Ada › Family", "Her father was Byron.", "a.md#1"),
+        ("Byron", "Byron was a poet.", "c.html#0"),
+        ("d › p. 1", "Anne was born in 1792.", "d.pdf#0"),
+        ("Jaws", "Jaws is a film.", "e.json#0"),
+        ("Ohio", "Ohio is a state.", "f.jsonl#0"),
+        ("b", "Babbage was born in London.", "sub/b.txt#0"),
+    ]
+    assert sorted(folder.files) == ["a.md", "c.html", "d.pdf", "e.json", "f.jsonl", "sub/b.txt"]
+    assert lines == [
+        f"{docs / 'bad.json'}: skipped: not a readable JSON file (item 0: field \"text\" is missing)",
+        f"{docs / 'binary.txt'}: skipped: not a readable TXT file (binary data, not text)",
+        f"{docs / 'broken.pdf'}: skipped: not a readable PDF file (PdfStreamError: Stream has ended unexpectedly)",
+        f"{docs / 'copy.md'}: skipped: every passage repeats an earlier file's",
+        f"{docs / 'empty.md'}: skipped: no text",
+    ]
+    assert folder.summary() == f"{docs}: 6 files, 7 passages; 5 skipped (unreadable, empty or repeated); not documents, left alone: 1 .png"
+
+
+def test_a_missing_format_library_names_the_extra(tmp_path, monkeypatch):
+    import sys
+
+    (tmp_path / "a.html").write_text("<p>x</p>")
+    monkeypatch.setitem(sys.modules, "bs4", None)  # as if not installed: importing it raises ImportError
+    with pytest.raises(HyperProveError, match=r'reading HTML files needs the bs4 package: pip install -e "\.\[docs\]"'):
+        read_folder(tmp_path, log=lambda line: None)
+
+
+def test_an_empty_folder_and_a_file_for_a_folder_are_one_line(tmp_path):
+    with pytest.raises(HyperProveError, match="no document with text in it"):
+        read_folder(tmp_path, log=lambda line: None)
+    (tmp_path / "x.txt").write_text("x")
+    with pytest.raises(HyperProveError, match="not a folder"):
+        read_folder(tmp_path / "x.txt")
+
+
+def passages(index_dir):
+    return [json.loads(line) for line in (index_dir / "passages.jsonl").read_text().splitlines()]
+
+
+def test_an_index_follows_a_changing_folder_passage_by_passage(tmp_path, capsys):
+    docs, index = tmp_path / "docs", tmp_path / "idx"
+    docs.mkdir()
+    family = "Her father was Lord Byron, the poet."
+    (docs / "ada.md").write_text(f"# Ada Lovelace\n\nAda Lovelace was a mathematician.\n\n## Family\n{family}\n")
+    (docs / "babbage.txt").write_text("Charles Babbage\n\nBabbage was born in London in 1791.")
+    scripted = Scripted()
+
+    def run(*argv):
+        code = main([str(a) for a in argv] + ["--embedder", "test-hash", "--json"], make_runtime=scripted)
+        out = capsys.readouterr().out
+        assert code == 0, out
+        return out, json.loads(out.strip().splitlines()[-1])
+
+    out, built = run("index", docs, "--out", index)
+    assert (built["files"], built["passages"], built["skipped"]) == (2, 3, 0)
+    assert f"{docs}: 2 files, 3 passages" in out
+    first = passages(index)
+    assert [(p["id"], p["source"]) for p in first] == [(0, "ada.md#0"), (1, "ada.md#1"), (2, "babbage.txt#0")]
+
+    # a paragraph added before the family section: that passage comes, the others stay with their ids
+    (docs / "ada.md").write_text(f"# Ada Lovelace\n\nAda Lovelace was a mathematician.\n\n## Work\nShe wrote the first program.\n\n## Family\n{family}\n")
+    (docs / "lovelace.html").write_text("<title>William King</title><p>William King married Ada in 1835.</p>")
+    out, changed = run("index", "--add", docs, "--into", index)
+    assert "2 new or changed, 1 unchanged" in out and (changed["added"], changed["removed"]) == (2, 0)
+    now = {p["source"]: (p["id"], p["text"]) for p in passages(index)}
+    assert now == {"ada.md#0": (0, "Ada Lovelace was a mathematician."), "ada.md#1": (3, "She wrote the first program."),
+                   "ada.md#2": (1, family), "babbage.txt#0": (2, "Babbage was born in London in 1791."),
+                   "lovelace.html#0": (4, "William King married Ada in 1835.")}
+
+    # the same folder again changes nothing
+    out, again = run("index", "--add", docs, "--into", index)
+    assert "0 new or changed, 3 unchanged" in out and again["added"] == again["removed"] == 0 and "nothing to add" in out
+
+    # a changed sentence replaces that passage only; a file gone from the folder is kept and named
+    (docs / "ada.md").write_text(f"# Ada Lovelace\n\nAda Lovelace was an English mathematician.\n\n## Work\nShe wrote the first program.\n\n## Family\n{family}\n")
+    (docs / "babbage.txt").unlink()
+    out, changed = run("index", "--add", docs, "--into", index)
+    assert (changed["added"], changed["removed"]) == (1, 1)
+    assert "1 in the index but no longer here, kept (index --delete FILE --into ... takes one out): babbage.txt" in out
+    now = {p["source"]: p["id"] for p in passages(index)}
+    assert now == {"ada.md#0": 5, "ada.md#1": 3, "ada.md#2": 1, "babbage.txt#0": 2, "lovelace.html#0": 4}
+
+    # delete by the file's path; again, it was removed
+    out, deleted = run("index", "--delete", docs / "babbage.txt", "--into", index)
+    assert deleted["removed"] == 1 and sorted(p["source"] for p in passages(index)) == ["ada.md#0", "ada.md#1", "ada.md#2", "lovelace.html#0"]
+    out, again = run("index", "--delete", docs / "babbage.txt", "--into", index)
+    assert again["removed"] == 0 and "'babbage.txt') was removed in generation" in out
+    manifest = json.loads((index / "manifest.json").read_text())
+    assert sorted(manifest["documents"]["files"]) == ["ada.md", "lovelace.html"]
+
+    # the kept-up index holds what a fresh build of the folder holds, passage for passage
+    run("index", docs, "--out", tmp_path / "fresh")
+    assert sorted((p["title"], p["text"], p["source"]) for p in passages(index)) == \
+        sorted((p["title"], p["text"], p["source"]) for p in passages(tmp_path / "fresh"))
