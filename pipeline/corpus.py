@@ -44,13 +44,18 @@ def check_text(path: Path, position, name: str, text: str) -> None:
                               "a lone surrogate, which is not text") from None
 
 
+def corpus_passage(path: Path, position, item) -> Passage:
+    """Item `position` of a corpus file as a passage, its fields checked."""
+    return Passage(title=json_field(path, position, item, "title", str), text=json_field(path, position, item, "text", str))
+
+
 def load_corpus(path: str | Path) -> list[Passage]:
     """A list of {"title", "text"} (HippoRAG's corpus files have the same shape); id = position.
     The same passage twice is refused: a question's gold passage would have two ids."""
     path = Path(path)
     passages, first_seen = [], {}
     for position, item in enumerate(read_json_list(path, "corpus")):
-        passage = Passage(title=json_field(path, position, item, "title", str), text=json_field(path, position, item, "text", str))
+        passage = corpus_passage(path, position, item)
         earlier = first_seen.setdefault(passage, position)
         if earlier != position:
             raise HyperProveError(f"{path}: items {earlier} and {position} are the same passage (title and text); keep one")

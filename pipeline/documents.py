@@ -315,7 +315,7 @@ def read_pdf(path: Path, data: bytes) -> tuple[str, list[Section]]:
 
 def read_corpus_file(path: Path, data: bytes) -> list[Passage]:
     """Today's corpus files: a JSON list of {"title", "text"}, or JSON lines of them."""
-    from pipeline.corpus import json_field
+    from pipeline.corpus import corpus_passage
 
     if path.suffix.lower() == ".jsonl":
         items = [json.loads(line) for line in decoded(data).splitlines() if line.strip()]
@@ -323,8 +323,7 @@ def read_corpus_file(path: Path, data: bytes) -> list[Passage]:
         items = json.loads(decoded(data))
         if not isinstance(items, list):
             raise ValueError(f"a corpus file holds a JSON list, found {type(items).__name__}")
-    return [Passage(title=json_field(path, k, item, "title", str), text=json_field(path, k, item, "text", str))
-            for k, item in enumerate(items)]
+    return [corpus_passage(path, k, item) for k, item in enumerate(items)]
 
 
 READERS: dict[str, Callable[[Path, bytes], tuple[str, list[Section]]]] = {

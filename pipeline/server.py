@@ -94,12 +94,7 @@ def make_app(asker, places: int, title: str = "HyperProve"):
     from pipeline.pages import chain_parts, chain_view, live_page
 
     app = FastAPI(title=title)
-    turns: list[Turns] = []  # made on the server's own event loop, at the first request
-
-    def turn() -> Turns:
-        if not turns:
-            turns.append(Turns(places))
-        return turns[0]
+    turns = Turns(places)
 
     def answered(question: str, listener=None) -> dict:
         return asker(question, listener)[0]
@@ -116,7 +111,7 @@ def make_app(asker, places: int, title: str = "HyperProve"):
             return error(*problem)
         question = question.strip()
         try:
-            return await (await turn().run(lambda: answered(question)))
+            return await (await turns.run(lambda: answered(question)))
         except Exception as exception:  # noqa: BLE001 - every failure is one line, never a traceback
             return error(*failure(exception))
 
@@ -140,7 +135,7 @@ def make_app(asker, places: int, title: str = "HyperProve"):
             loop.call_soon_threadsafe(events.put_nowait, (event, data))
 
         async def sent():
-            waiting = await turn().run(lambda: answered(question, heard), queued=lambda ahead: events.put_nowait(("queued", {"ahead": ahead})))
+            waiting = await turns.run(lambda: answered(question, heard), queued=lambda ahead: events.put_nowait(("queued", {"ahead": ahead})))
             waiting.add_done_callback(lambda _: events.put_nowait(("done", None)))
             while True:
                 event, data = await events.get()
@@ -166,9 +161,8 @@ def make_app(asker, places: int, title: str = "HyperProve"):
 
     @app.get("/health")
     async def health():
-        current = turn()
         return {"status": "ok", "passages": len(asker.index.passages), "lm": asker.runtime.session.id,
-                "answering": current.answering, "waiting": current.waiting, "places": places}
+                "answering": turns.answering, "waiting": turns.waiting, "places": places}
 
     return app
 

@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from experiments.data import load_questions
     from experiments.gold import hyperprove_chain
-    from experiments.metrics import recall_at_k
+    from experiments.metrics import mean_percent, recall_at_k
     from experiments.stats import describe_difference, paired_difference
     from pipeline.config import HyperProveConfig
     from pipeline.corpus import load_corpus
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     original = recall_rows(passages)
     print("| corpus | files | passages | Recall@2 | Recall@5 | Recall@5 against the original passages |")
     print("|---|---:|---:|---:|---:|---|")
-    print(f"| original passages | 1 | {len(passages)} | {mean(original, 'recall@2'):.2f} | {mean(original, 'recall@5'):.2f} | |", flush=True)
+    print(f"| original passages | 1 | {len(passages)} | {mean_percent(original, 'recall@2'):.2f} | {mean_percent(original, 'recall@5'):.2f} | |", flush=True)
     for layout in args.layouts:
         with tempfile.TemporaryDirectory() as scratch:
             folder = Path(scratch)
@@ -123,17 +123,13 @@ def main(argv: list[str] | None = None) -> int:
         rows = recall_rows(read.passages, originals)
         difference = describe_difference(paired_difference(rows, original, "recall@5"))
         print(f"| {layout} ({re.sub(' +', ' ', describe(layout, args.per_file))}) | {len(read.files)} | {len(read.passages)} | "
-              f"{mean(rows, 'recall@2'):.2f} | {mean(rows, 'recall@5'):.2f} | {difference} |", flush=True)
+              f"{mean_percent(rows, 'recall@2'):.2f} | {mean_percent(rows, 'recall@5'):.2f} | {difference} |", flush=True)
         print(f"  read in {seconds:.1f} s; split passages that are no original's text: {unmapped}", file=sys.stderr)
     return 0
 
 
 def describe(layout: str, per_file: int) -> str:
     return "a Markdown file per title" if layout == "articles" else f"{per_file} passages a text file, no titles"
-
-
-def mean(rows: list[dict], key: str) -> float:
-    return 100 * sum(row[key] for row in rows) / len(rows)
 
 
 if __name__ == "__main__":
