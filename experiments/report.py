@@ -281,14 +281,52 @@ def render_same_reader(runs: Sequence[dict], heading: bool = True) -> list[str]:
     return lines + [""]
 
 
+def reruns(runs: Sequence[dict]) -> list[tuple[dict, dict]]:
+    """(rerun, first run) pairs: `<name>-final` with today's defaults against `<name>`, the same
+    questions answered by an earlier program."""
+    named = {run.get("name"): run for run in runs}
+    return [(named[f"{name}-final"], named[name]) for name in SAME_READER if f"{name}-final" in named and name in named]
+
+
+def render_reruns(runs: Sequence[dict], heading: bool = True) -> list[str]:
+    """HyperProve on each `SAME_READER` set's 60 questions rerun with today's defaults: its F1 and
+    Recall@5 against the first run's, question by question, with the LM calls beside; then each
+    rerun's F1 and Recall@5 against every peer that read through the same reader in it."""
+    pairs = reruns(runs)
+    if not pairs:
+        return []
+    told = lambda difference: ("–" if difference is None else  # noqa: E731
+                               "{:+.2f} [{:+.2f}, {:+.2f}]".format(difference["mean"], *difference["interval95"]))
+    lines = (["## The first 60 dev questions again, with today's defaults", ""] if heading else []) + [
+        "HyperProve then (the first run's program) and now (`<set>-lm60-final`, every default chosen on train), question by "
+        "question (mean difference [paired bootstrap 95% interval]):", "",
+        "| set | F1 then | F1 now | F1 change | R@5 then | R@5 now | R@5 change | LM calls/q then | now |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for now, then in pairs:
+        ours, before = now["systems"]["hyperprove"], then["systems"]["hyperprove"]
+        cells = [f"{value:.2f}" if value is not None else "–" for value in
+                 (before.get("f1"), ours.get("f1"), before.get("recall@5"), ours.get("recall@5"),
+                  before.get("lm_calls_per_question"), ours.get("lm_calls_per_question"))]
+        changes = [told(paired(now, "hyperprove", then, "hyperprove", key)) for key in ("f1", "recall@5")]
+        lines.append(f"| {then['name']} | {cells[0]} | {cells[1]} | {changes[0]} | {cells[2]} | {cells[3]} | {changes[1]} | "
+                     f"{cells[4]} | {cells[5]} |")
+    lines += ["", "In each rerun, HyperProve minus each peer (the peers' top 5 through the program's final reader; dense-iterative "
+              "searches the program's own sub-queries):", "", "| rerun | peer | F1 | R@5 |", "|---|---|---:|---:|"]
+    for now, _ in pairs:
+        for peer in [name for name in now["systems"] if name not in OURS]:
+            lines.append(f"| {now['name']} | {peer} | " + " | ".join(
+                told(paired(now, "hyperprove", now, peer, key)) for key in ("f1", "recall@5")) + " |")
+    return lines + [""]
+
+
 HEADLINE_RUN = "2wiki-lm300"  # hundreds of questions no earlier LM run saw: where the answer claims are made
 
 
 def render_headline(runs: Sequence[dict]) -> list[str]:
-    """The README's headline: the `HEADLINE_RUN` when it is there (`render_powered`), else the
-    same-reader table of the 60-question runs."""
+    """The README's headline: the `HEADLINE_RUN` when it is there (`render_powered`, then the
+    60-question reruns), else the same-reader table of the 60-question runs."""
     run = next((run for run in runs if run.get("name") == HEADLINE_RUN), None)
-    return render_powered(run) if run else render_same_reader(runs, heading=False)
+    return render_powered(run) + render_reruns(runs, heading=False) if run else render_same_reader(runs, heading=False)
 
 
 def render_powered(run: dict) -> list[str]:
@@ -319,6 +357,10 @@ def render_powered(run: dict) -> list[str]:
                 position = {"better": "ahead", "worse": "behind"}.get(difference["verdict"], "not told apart")
                 told = f" [{low:+.2f}, {high:+.2f}] (up on {difference['up']} questions, down on {difference['down']}), {position}"
             lines.append(f"- F1, hyperprove minus {peer}: {gap:+.2f}{told}.")
+        if systems.get("hyperprove-passages", {}).get("f1") is not None and (difference := paired(run, "hyperprove", run, "hyperprove-passages", "f1")):
+            position = {"better": "ahead", "worse": "behind"}.get(difference["verdict"], "not told apart")
+            lines.append(f"- F1, hyperprove minus hyperprove-passages (its own top 5 through the peers' reader): {difference['mean']:+.2f} "
+                         "[{:+.2f}, {:+.2f}], {}.".format(*difference["interval95"], position))
         best = max(peers, key=lambda name: systems[name]["f1"])
         if systems[best]["f1"]:
             lines.append(f"- hyperprove's F1 is {systems['hyperprove']['f1'] / systems[best]['f1']:.2f} times the best peer's ({best}).")
@@ -410,6 +452,7 @@ def render(runs: list[dict], sweeps: Sequence[tuple[dict, list[str]]] = (), repo
         "",
     ]
     lines += render_same_reader(runs)
+    lines += render_reruns(runs)
     for run in [run for run in runs if not is_choice(run)]:
         name = run.get("name", "?")
         lines += [f"## {name}", ""]

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import threading
 import time
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, fields, replace
-from typing import Callable
+from typing import Callable, Iterator
 
 import dspy
 from dspy.utils.callback import BaseCallback
@@ -26,6 +28,13 @@ class StepCost:
 
     def minus(self, other: "StepCost") -> "StepCost":
         return StepCost(*(getattr(self, f.name) - getattr(other, f.name) for f in fields(self)))
+
+    def add(self, other: "StepCost") -> None:
+        for name in (f.name for f in fields(self)):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+
+_BILL: ContextVar[dict[str, StepCost] | None] = ContextVar("hyperprove_lm_bill", default=None)
 
 
 def step_of(caller_modules, fallback: str = "lm") -> str:
@@ -64,7 +73,7 @@ class LMProfile(BaseCallback):
     """Counts, per step, what every LM call cost (`StepCost`), from the usage the provider reports
     (llama.cpp and OpenAI-style APIs report prompt, cached prompt and generated tokens) and the
     wall time around the call; a call DSPy's cache answered is a cache hit (`lookups`). Thread-safe;
-    `snapshot()` before and after a question gives its bill."""
+    `bill()` around a question gives its own bill, `snapshot()` the whole session's so far."""
 
     def __init__(self, lookups: CacheLookups | None = None):
         self.lookups = lookups
@@ -96,9 +105,10 @@ class LMProfile(BaseCallback):
         call = StepCost(calls=1, cache_hits=int(hit), prompt_tokens=usage.get("prompt_tokens") or 0, cached_prompt_tokens=cached,
                         completion_tokens=usage.get("completion_tokens") or 0, seconds=seconds)
         with self._lock:
-            cost = self.steps.setdefault(step, StepCost())
-            for name in (f.name for f in fields(StepCost)):
-                setattr(cost, name, getattr(cost, name) + getattr(call, name))
+            self.steps.setdefault(step, StepCost()).add(call)
+        bill = _BILL.get()
+        if bill is not None:  # the caller's own bill: an LM call ends in the thread (and context) that made it
+            bill.setdefault(step, StepCost()).add(call)
         for listener in self.listeners:
             listener(step, call)
 
@@ -110,6 +120,17 @@ class LMProfile(BaseCallback):
     def snapshot(self) -> dict[str, StepCost]:
         with self._lock:
             return {step: replace(cost) for step, cost in self.steps.items()}
+
+    @contextmanager
+    def bill(self) -> Iterator[dict[str, StepCost]]:
+        """The calls made inside the block in this context alone (per step), whatever other
+        threads spend at the same time: a question's own bill while others are answered."""
+        steps: dict[str, StepCost] = {}
+        token = _BILL.set(steps)
+        try:
+            yield steps
+        finally:
+            _BILL.reset(token)
 
 
 def profile_delta(after: dict[str, StepCost], before: dict[str, StepCost]) -> dict[str, StepCost]:

@@ -387,18 +387,16 @@ class Asker:
     def __call__(self, question: str, listener: Callable[[str, dict], None] | None = None) -> tuple[dict, dspy.Prediction]:
         """The answer record (the chain, the top passages with their text and files, the LM's
         cost) and the prediction;
-        `listener` hears the plan and each hop as they come (`hops_to`). LM cost and seconds are
-        the question's own when questions are answered one at a time."""
-        from pipeline.lm_profile import profile_delta
-
+        `listener` hears the plan and each hop as they come (`hops_to`). The LM cost is the
+        question's own, with others answered at the same time in other threads."""
         if not question.strip():
             raise HyperProveError("the question is empty")
         session = self.runtime.session
-        started, before = time.perf_counter(), session.profile.snapshot()
-        with hops_to(listener), self.runtime.question_trace(question) as finish:
+        started = time.perf_counter()
+        with hops_to(listener), session.profile.bill() as bill, self.runtime.question_trace(question) as finish:
             prediction = self.program(question)
             finish(prediction.answer, prediction.fallbacks)
-        steps = {step: asdict(cost) for step, cost in profile_delta(session.profile.snapshot(), before).items()}
+        steps = {step: asdict(cost) for step, cost in bill.items() if cost.calls}
         record = {**answer_record(question, prediction), "passages": list(prediction.passages),
                   "sources": self.sources(prediction.passages[:5]), "lm": session.id,
                   "lm_calls": sum(cost["calls"] for cost in steps.values()), "lm_steps": steps,

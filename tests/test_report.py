@@ -333,7 +333,7 @@ def test_the_headline_run_gives_the_answer_claim_with_costs_types_and_failures(t
 
     # four questions; hyperprove answers all, ppr half of each, bm25 none: every per-question
     # difference is the same, so each bootstrap interval is that one value
-    f1s = {"hyperprove": [1.0] * 4, "bm25": [0.0] * 4, "ppr": [0.5] * 4}
+    f1s = {"hyperprove": [1.0] * 4, "bm25": [0.0] * 4, "ppr": [0.5] * 4, "hyperprove-passages": [0.75] * 4}
     (tmp_path / "predictions.json").write_text(json.dumps(
         {name: [{"id": f"q{k}", "f1": f1} for k, f1 in enumerate(values)] for name, values in f1s.items()}))
     failures = lambda right, reader: {"right": right, "decomposition": {"n": 0, "examples": []},  # noqa: E731
@@ -346,6 +346,7 @@ def test_the_headline_run_gives_the_answer_claim_with_costs_types_and_failures(t
                  "per_type": {"comparison": {"n": 3, "f1": 0.0}}, "failures": failures(0, 1)},
         "ppr": {"em": 0.0, "f1": 50.0, "recall@5": 70.0, "lm_calls_per_question": 1.0, "seconds_per_question": 6.04,
                 "per_type": {"comparison": {"n": 3, "f1": 50.0}, "compositional": {"n": 1, "f1": 50.0}}, "failures": failures(0, 4)},
+        "hyperprove-passages": {"em": 50.0, "f1": 75.0, "recall@5": 90.0, "lm_calls_per_question": 1.0, "seconds_per_question": 3.0},
     }
     run = {"name": "2wiki-lm300", "n_questions": 4, "config": {"evaluation": {"skip": 60}}, "results_dir": str(tmp_path),
            "systems": {name: {"system": name, "n": 4, **summary} for name, summary in systems.items()}}
@@ -356,9 +357,11 @@ def test_the_headline_run_gives_the_answer_claim_with_costs_types_and_failures(t
         "| system | EM | F1 | R@5 | LM calls/q | s/q |", "|---|---:|---:|---:|---:|---:|",
         "| hyperprove | 100.00 | 100.00 | 90.00 | 4.25 | 14.5 |",
         "| bm25 | 0.00 | 0.00 | 60.00 | 1.00 | 6.0 |",
-        "| ppr | 0.00 | 50.00 | 70.00 | 1.00 | 6.0 |", "",
+        "| ppr | 0.00 | 50.00 | 70.00 | 1.00 | 6.0 |",
+        "| hyperprove-passages | 50.00 | 75.00 | 90.00 | 1.00 | 3.0 |", "",
         "- F1, hyperprove minus bm25: +100.00 [+100.00, +100.00] (up on 4 questions, down on 0), ahead.",
         "- F1, hyperprove minus ppr: +50.00 [+50.00, +50.00] (up on 4 questions, down on 0), ahead.",
+        "- F1, hyperprove minus hyperprove-passages (its own top 5 through the peers' reader): +25.00 [+25.00, +25.00], ahead.",
         "- hyperprove's F1 is 2.00 times the best peer's (ppr).", "",
         "F1 by question type:", "", "| system | comparison (3) | compositional (1) |", "|---|---:|---:|",
         "| hyperprove | 100.00 | 100.00 |", "| bm25 | 0.00 | – |", "| ppr | 50.00 | 50.00 |", "",
@@ -367,3 +370,31 @@ def test_the_headline_run_gives_the_answer_claim_with_costs_types_and_failures(t
         "| hyperprove | 4 | 0 | 0 | 0 | 0 |", "| bm25 | 0 | 0 | 3 | 0 | 1 |", "| ppr | 0 | 0 | 0 | 0 | 4 |", ""]
     # without the headline run, the 60-question runs' table
     assert render_headline([other])[0].startswith("The first 60 dev questions of each set")
+
+
+def test_reruns_pair_today_s_program_with_the_first_run_and_with_the_rerun_s_peers(tmp_path):
+    from experiments.report import render_headline, render_reruns
+
+    def write(name, f1s, recalls, systems):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "predictions.json").write_text(json.dumps({system: [{"id": f"q{k}", "f1": f1, "recall@5": recall}
+                                                                      for k, (f1, recall) in enumerate(zip(f1s[system], recalls[system]))]
+                                                             for system in f1s}))
+        return {"name": name, "n_questions": 2, "results_dir": str(folder), "systems": systems}
+
+    # then: hyperprove F1 0 and 0.5 (mean 25), R@5 0.5 each; now: 1 and 1 (mean 100), R@5 1 each;
+    # per question F1 +100 and +50 (bootstrap over {100, 50}: mean 75, interval [50, 100]), R@5 +50 both
+    then = write("musique-lm60", {"hyperprove": [0.0, 0.5]}, {"hyperprove": [0.5, 0.5]},
+                 {"hyperprove": {"f1": 25.0, "recall@5": 50.0, "lm_calls_per_question": 5.5}})
+    now = write("musique-lm60-final", {"hyperprove": [1.0, 1.0], "ppr": [0.0, 0.0], "hyperprove-passages": [0.5, 0.5]},
+                {"hyperprove": [1.0, 1.0], "ppr": [1.0, 1.0], "hyperprove-passages": [1.0, 1.0]},
+                {"hyperprove": {"f1": 100.0, "recall@5": 100.0, "lm_calls_per_question": 3.0},
+                 "ppr": {"f1": 0.0, "recall@5": 100.0}, "hyperprove-passages": {"f1": 50.0, "recall@5": 100.0}})
+    lines = render_reruns([now, then], heading=False)
+    assert lines[2:5] == ["| set | F1 then | F1 now | F1 change | R@5 then | R@5 now | R@5 change | LM calls/q then | now |",
+                          "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+                          "| musique-lm60 | 25.00 | 100.00 | +75.00 [+50.00, +100.00] | 50.00 | 100.00 | +50.00 [+50.00, +50.00] | 5.50 | 3.00 |"]
+    # the program's own passages path is not a peer
+    assert lines[-3:] == ["|---|---|---:|---:|", "| musique-lm60-final | ppr | +100.00 [+100.00, +100.00] | +0.00 [+0.00, +0.00] |", ""]
+    assert render_reruns([now]) == [] and render_headline([now, then])[0].startswith("The first 60 dev questions of each set")

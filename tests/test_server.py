@@ -118,6 +118,40 @@ def test_fifty_questions_at_once_are_all_answered_one_at_a_time(index_dir):
     assert most[0] == 1 and (health["answering"], health["waiting"], health["places"]) == (0, 0, 1)
 
 
+def test_questions_answered_at_once_each_get_their_own_lm_bill(index_dir):
+    """With an API model's places, questions run in the program together; each record counts its
+    own four calls (decompose, two hops, the final reader), never another question's."""
+    import time
+
+    from dspy.utils import DummyLM
+
+    class Slow(DummyLM):  # every call takes long enough for the four questions' calls to interleave
+        def forward(self, *args, **kwargs):
+            time.sleep(0.02)
+            return super().forward(*args, **kwargs)
+
+    asker = asker_for(index_dir, lm=Slow(ANSWERS))
+    together = threading.Barrier(4)
+    forward = asker.program.forward
+
+    def at_once(question):
+        together.wait(timeout=30)
+        return forward(question)
+
+    asker.program.forward = at_once
+
+    async def four():
+        transport = httpx.ASGITransport(app=make_app(asker, places=4))
+        async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=120) as http:
+            return await asyncio.gather(*(http.post("/ask", json={"question": QUESTION}) for _ in range(4)))
+
+    records = [response.json() for response in asyncio.run(four())]
+    assert [record["lm_calls"] for record in records] == [4] * 4
+    assert [{step: cost["calls"] for step, cost in record["lm_steps"].items()} for record in records] == [
+        {"Decomposer": 1, "HopAnswerer": 2, "AnswerGenerator": 1}] * 4
+    assert asker.runtime.session.profile.calls == 16
+
+
 def events(text: str) -> list[tuple[str, dict]]:
     found = []
     for block in text.strip().split("\n\n"):
