@@ -85,6 +85,20 @@ def _facts(record: dict, command: str, extra: list[str]) -> str:
     return "; ".join(facts) + "."
 
 
+def recorded_calls(run: dict) -> str:
+    """Whether `hyperprove reproduce` can rerun an LM run without the LM."""
+    calls = run.get("lm_calls")
+    if not calls:
+        return f"no LM calls recorded (made before runs recorded them; `hyperprove reproduce {run_folder(run)}` asks the LM again)"
+    return f"{calls['calls']:,} LM calls recorded ({calls['bytes'] / 1e6:.2f} MB; `hyperprove reproduce {run_folder(run)}` replays them)"
+
+
+def run_folder(run: dict) -> str:
+    """The run's results folder as a command names it (relative to the repository where it lies inside)."""
+    folder = Path(run.get("results_dir", f"experiments/results/{run.get('name', '?')}")).resolve()
+    return folder.relative_to(ROOT).as_posix() if folder.is_relative_to(ROOT) else folder.as_posix()
+
+
 def render_sweep(sweep: dict, plots: Sequence[str] = ()) -> list[str]:
     """A sweep: the configured and the best parameters, scored where the sweep ran and held out;
     `plots` are links to its PNGs, relative to the report."""
@@ -398,6 +412,7 @@ def answer_path(settings: dict, system: str) -> str:
     words += ["comparison plans by rule"] if settings.get("comparison_plans") else []
     words += ["comparisons by rule"] if settings.get("compare_by_rule") else []
     words += ["last hop answers"] if settings.get("last_hop_answers") else []
+    words += [f"hop reader + {n} facts of the top passage"] if (n := settings.get("hop_passage_facts")) else []
     words += [f"{adapter} adapter"] if (adapter := settings.get("adapter", "chat")) != "chat" else []
     words += [f"compiled `{settings['compiled']}`"] if settings["compiled"] else []
     return "; ".join(words)
@@ -458,7 +473,7 @@ def render(runs: list[dict], sweeps: Sequence[tuple[dict, list[str]]] = (), repo
         lines += [f"## {name}", ""]
         if run.get("description"):
             lines += [run["description"], ""]
-        extra = [f"{run.get('n_questions', '?')} questions"] + ([f"LM `{run['lm']}`"] if run.get("lm") else [])
+        extra = [f"{run.get('n_questions', '?')} questions"] + ([f"LM `{run['lm']}`", recorded_calls(run)] if run.get("lm") else [])
         lines += [_facts(run, f"hyperprove evaluate --config experiments/configs/{name}.json", extra), "",
                   results_table(list(run["systems"].values())).rstrip(), ""]
         judged = verdict(run)

@@ -142,7 +142,17 @@ class HypergraphRetriever(dspy.Module):
             "facts": [f.to_dict() for f in top],
         }
         passages = unique_in_order(self.facts.passage[ranked_ids])
-        return dspy.Prediction(facts=top, frontier=new_frontier, ranked_ids=ranked_ids, passages=passages, trace=trace)
+        return dspy.Prediction(facts=top, frontier=new_frontier, ranked_ids=ranked_ids, passages=passages, trace=trace,
+                               query_vector=query_vector)
+
+    def passage_facts(self, passage: int, query_vector: np.ndarray, exclude: Sequence[int] = (), n: int | None = None) -> list[ScoredFact]:
+        """The first `n` facts of `passage` in the passage's own order, but `exclude`, scored by
+        cosine alone (struct 0): the rest of what a passage says about its subject, where the
+        top K facts of a hop hold only some of its sentences."""
+        ids = self.hypergraph.B_dh.indices[self.hypergraph.B_dh.indptr[passage]:self.hypergraph.B_dh.indptr[passage + 1]]
+        ids = np.sort(ids[~np.isin(ids, np.asarray(exclude, dtype=np.int64))])[:n]
+        cos = self.facts.vectors[ids] @ np.asarray(query_vector, dtype=np.float32).ravel()
+        return [self._scored(fact_id, c, 0.0, self.config.alpha * c) for fact_id, c in zip(ids, cos)]
 
     def entity_led(self, entities: np.ndarray, query_vector: np.ndarray, exclude: np.ndarray, n: int) -> list[ScoredFact]:
         """The n facts nearest the query (cosine, ties by id) among the facts that name one of the

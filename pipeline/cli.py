@@ -227,6 +227,8 @@ def _add_program_flags(parser: argparse.ArgumentParser) -> None:
     config_flag(parser, "--last-hop-answers", "program.last_hop_answers",
                 "a chain whose last hop asks for the kind of answer the question asks (date, number, name) and whose facts "
                 "hold it ends with that answer, without the final reader")
+    config_flag(parser, "--hop-passage-facts", "program.hop_passage_facts",
+                "the hop reader also reads up to N more facts of the hop's top passage (its other sentences, in order) after the top K")
     config_flag(parser, "--bridge-rewrite", "program.bridge_rewrite",
                 "how a sub-question's #k become earlier answers: " + "; ".join(f"{k}: {v}" for k, v in BRIDGE_REWRITES.items()))
 

@@ -141,6 +141,7 @@ class ProgramConfig:
     country_names: bool = True  # with grounded_hops: a hop answer naming a country its facts name by another word ("Austria", "Austrian") counts as in them
     comparison_plans: bool = True  # comparison and same-country questions of a shape a rule reads get their sub-questions by rule, without the decomposer
     last_hop_answers: bool = False  # a chain whose last hop asks for the kind of answer the question asks (and holds it) ends with that answer, without the final reader
+    hop_passage_facts: int = Field(0, ge=0, le=20)  # the hop reader also reads up to this many more facts of the hop's top passage (its other sentences, in order)
 
     # What a recorded config without these fields ran with (records made before they existed), so
     # that reproducing an old run reruns the old program whatever today's defaults are.
@@ -148,7 +149,7 @@ class ProgramConfig:
                         "comparison_demos": False, "bridge_rewrite": "lm", "grounded_in": "cited",
                         "choose_options": False, "fold_identities": False, "compare_by_rule": False,
                         "comparison_plans": False, "last_hop_answers": False,
-                        "hop_subject": False, "chain_checks": False, "country_names": False}
+                        "hop_subject": False, "chain_checks": False, "country_names": False, "hop_passage_facts": 0}
 
 
 @config_section("index")

@@ -45,6 +45,10 @@ What the program decides where METHOD.md is silent:
 - The last hop's answer (`last_hop_answers`): a chain of two or more hops whose last hop asks for
   the kind of answer the question asks (a date, a number, a name) and found it in its facts ends
   with that answer, without the final reader.
+- The top passage's other sentences (`hop_passage_facts` N): the hop reader reads the hop's K
+  facts, then up to N more facts of the hop's top passage in the passage's order (what the
+  passage says of its subject beyond the K facts: a sentence saying "Franklin died in Detroit"
+  does not name "Aretha Franklin" and ranks low). The frontier still carries the cited facts.
 - Passages for Recall@k: each hop's ranked passages, interleaved rank by rank; with
   `question_channel`, the ranking for the whole question (no frontier) leads the interleaving,
   so a hop that went astray still leaves the passages the question itself points to.
@@ -145,8 +149,11 @@ class HyperProve(dspy.Module):
             hop = self.retriever(query, frontier=frontier)
             retrieval_seconds += time.perf_counter() - started
             top_k = [fact.id for fact in hop.facts]
+            evidence = list(hop.facts)
+            if config.hop_passage_facts and hop.passages:
+                evidence += self.retriever.passage_facts(hop.passages[0], hop.query_vector, exclude=top_k, n=config.hop_passage_facts)
             try:
-                reading = self.answer_hop(question=query, facts=hop.facts, grounded=config.grounded_hops, grounded_in=config.grounded_in,
+                reading = self.answer_hop(question=query, facts=evidence, grounded=config.grounded_hops, grounded_in=config.grounded_in,
                                           about_subject=config.hop_subject, countries=config.country_names)
                 answer, supporting = reading.answer, reading.supporting
                 if reading.replaced is not None:
@@ -166,7 +173,7 @@ class HyperProve(dspy.Module):
                 "sub_question": sub_question,
                 "query": query,
                 "frontier_in": hop.trace["frontier_in"],
-                "facts": [fact.to_dict() for fact in hop.facts],
+                "facts": [fact.to_dict() for fact in evidence],
                 "answer": answer,
                 "supporting": supporting,
                 "passages": hop.passages[:5],

@@ -375,3 +375,23 @@ def test_an_evaluation_counts_the_questions_planned_and_answered_by_rule():
     assert (summary["answered_by_rule"], summary["planned_by_rule"]) == (2, 1)
     assert [row.get("by_rule") for row in rows] == [ruled["q0"]["by_rule"], ruled["q1"]["by_rule"], None]
     assert results_table([{**summary, "system": "hyperprove"}]).splitlines()[0].endswith("| planned by rule | answered by rule |")
+
+
+def test_the_hop_reader_also_reads_the_rest_of_the_top_passage(retriever):
+    """With hop_passage_facts, each hop's reader sees its top K facts, then the other facts of the
+    hop's top passage in order; the frontier still carries only the facts it cites."""
+    from modules.retriever import HypergraphRetriever
+
+    one = HypergraphRetriever(retriever.hypergraph, retriever.facts, retriever.encode, RetrieverConfig(top_k=1, n_seeds=3),
+                              retriever.name_entities)
+    plain, _ = run(one, script())
+    assert [[fact["text"] for fact in hop["facts"]] for hop in plain.chain] == [
+        ["Jaws was directed by Steven Spielberg."], ["Steven Spielberg's mother was Leah Adler."], ["Leah Adler died in 2017."]]
+    read, calls = run(one, script(), hop_passage_facts=3)
+    assert [[fact["text"] for fact in hop["facts"]] for hop in read.chain] == [
+        ["Jaws was directed by Steven Spielberg.", "Jaws is a 1975 thriller film."],
+        ["Steven Spielberg's mother was Leah Adler.", "Steven Spielberg is an American film director."],
+        ["Leah Adler died in 2017.", "Leah Adler was an American restaurateur."]]
+    assert read.answer == "2017" and calls == 1 + 2 + 3 + 1
+    assert [hop["supporting"] for hop in read.chain] == [hop["supporting"] for hop in plain.chain]
+    assert read.frontier == plain.frontier

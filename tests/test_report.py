@@ -398,3 +398,13 @@ def test_reruns_pair_today_s_program_with_the_first_run_and_with_the_rerun_s_pee
     # the program's own passages path is not a peer
     assert lines[-3:] == ["|---|---|---:|---:|", "| musique-lm60-final | ppr | +100.00 [+100.00, +100.00] | +0.00 [+0.00, +0.00] |", ""]
     assert render_reruns([now]) == [] and render_headline([now, then])[0].startswith("The first 60 dev questions of each set")
+
+
+def test_each_lm_run_says_whether_reproduce_replays_its_calls():
+    from experiments.report import ROOT, recorded_calls
+
+    folder = str(ROOT / "experiments" / "results" / "x-lm60")
+    assert recorded_calls({"name": "x-lm60", "results_dir": folder, "lm_calls": {"calls": 2078, "bytes": 1670433}}) == (
+        "2,078 LM calls recorded (1.67 MB; `hyperprove reproduce experiments/results/x-lm60` replays them)")
+    assert recorded_calls({"name": "y", "results_dir": "/elsewhere/y"}) == (
+        "no LM calls recorded (made before runs recorded them; `hyperprove reproduce /elsewhere/y` asks the LM again)")

@@ -10,6 +10,7 @@ import pytest
 
 from modules.errors import HyperProveError
 from modules.retriever import RetrieverConfig, interleave_passages, unique_in_order
+from tests.conftest import QUERIES
 
 
 def ids(prediction):
@@ -149,3 +150,16 @@ def test_entity_facts_add_the_nearest_facts_naming_a_query_entity_wherever_they_
     # no entity named, or none configured: the top K alone
     assert ids(make_retriever(lambda query: [], alpha=0.5, theta=0.25, top_k=2, entity_facts=2)("q1")) == [0, 2]
     assert ids(make_retriever({"q1": [3]}.get, alpha=0.5, theta=0.25, top_k=2)("q1")) == [0, 2]
+
+
+def test_passage_facts_are_the_rest_of_a_passage_in_its_order(make_retriever):
+    retriever = make_retriever(alpha=0.5)
+    # passage 0 holds facts 0, 1, 2 (cos with q1: 0.9, 0.1, 0.5); fact 1 excluded; scored alpha * cos
+    facts = retriever.passage_facts(0, QUERIES["q1"], exclude=[1])
+    assert [(f.id, f.passage, f.title, f.struct) for f in facts] == [(0, 0, "P0", 0.0), (2, 0, "P0", 0.0)]
+    assert [f.score for f in facts] == pytest.approx([0.45, 0.25]) and [f.cos for f in facts] == pytest.approx([0.9, 0.5])
+    assert [f.id for f in retriever.passage_facts(0, QUERIES["q1"], n=2)] == [0, 1]
+    assert [f.id for f in retriever.passage_facts(2, QUERIES["q1"])] == [5] and retriever.passage_facts(2, QUERIES["q1"], exclude=[5]) == []
+    # a hop hands over its query vector, for the program to ask for its top passage's other facts
+    hop = retriever("q1")
+    assert hop.query_vector.tolist() == QUERIES["q1"].tolist()
