@@ -304,32 +304,37 @@ def reruns(runs: Sequence[dict]) -> list[tuple[dict, dict]]:
 
 def render_reruns(runs: Sequence[dict], heading: bool = True) -> list[str]:
     """HyperProve on each `SAME_READER` set's 60 questions rerun with today's defaults: its F1 and
-    Recall@5 against the first run's, question by question, with the LM calls beside; then each
-    rerun's F1 and Recall@5 against every peer that read through the same reader in it."""
+    Recall@5 against the first run's, question by question, against the rerun's best peer on F1
+    and against ppr on Recall@5, with the LM calls beside; with `heading` (the report) also each
+    rerun's F1 and Recall@5 against every peer."""
     pairs = reruns(runs)
     if not pairs:
         return []
     told = lambda difference: ("–" if difference is None else  # noqa: E731
                                "{:+.2f} [{:+.2f}, {:+.2f}]".format(difference["mean"], *difference["interval95"]))
+    number = lambda value: f"{value:.2f}" if value is not None else "–"  # noqa: E731
     lines = (["## The first 60 dev questions again, with today's defaults", ""] if heading else []) + [
-        "HyperProve then (the first run's program) and now (`<set>-lm60-final`, every default chosen on train), question by "
-        "question (mean difference [paired bootstrap 95% interval]):", "",
-        "| set | F1 then | F1 now | F1 change | R@5 then | R@5 now | R@5 change | LM calls/q then | now |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        "The first 60 dev questions of each set, HyperProve then (the first run's program) and now (`<set>-lm60-final`, every "
+        "default chosen on train); changes and margins question by question (mean [paired bootstrap 95% interval]):", "",
+        "| set | F1 then → now | F1 change | R@5 then → now | R@5 change | F1 minus best peer | R@5 minus ppr | LM calls/q then → now |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for now, then in pairs:
-        ours, before = now["systems"]["hyperprove"], then["systems"]["hyperprove"]
-        cells = [f"{value:.2f}" if value is not None else "–" for value in
-                 (before.get("f1"), ours.get("f1"), before.get("recall@5"), ours.get("recall@5"),
-                  before.get("lm_calls_per_question"), ours.get("lm_calls_per_question"))]
+        ours, before, systems = now["systems"]["hyperprove"], then["systems"]["hyperprove"], now["systems"]
+        peers = [name for name in systems if name not in OURS and systems[name].get("f1") is not None]
+        best = max(peers, key=lambda name: systems[name]["f1"]) if peers else None
+        cells = [f"{number(before.get(key))} → {number(ours.get(key))}" for key in ("f1", "recall@5", "lm_calls_per_question")]
         changes = [told(paired(now, "hyperprove", then, "hyperprove", key)) for key in ("f1", "recall@5")]
-        lines.append(f"| {then['name']} | {cells[0]} | {cells[1]} | {changes[0]} | {cells[2]} | {cells[3]} | {changes[1]} | "
-                     f"{cells[4]} | {cells[5]} |")
-    lines += ["", "In each rerun, HyperProve minus each peer (the peers' top 5 through the program's final reader; dense-iterative "
-              "searches the program's own sub-queries):", "", "| rerun | peer | F1 | R@5 |", "|---|---|---:|---:|"]
-    for now, _ in pairs:
-        for peer in [name for name in now["systems"] if name not in OURS]:
-            lines.append(f"| {now['name']} | {peer} | " + " | ".join(
-                told(paired(now, "hyperprove", now, peer, key)) for key in ("f1", "recall@5")) + " |")
+        margins = [f"{told(paired(now, 'hyperprove', now, best, 'f1'))} ({best})" if best else "–",
+                   told(paired(now, "hyperprove", now, "ppr", "recall@5")) if "ppr" in systems else "–"]
+        lines.append(f"| {then['name'].removesuffix('-lm60')} | {cells[0]} | {changes[0]} | {cells[1]} | {changes[1]} | "
+                     f"{margins[0]} | {margins[1]} | {cells[2]} |")
+    if heading:
+        lines += ["", "In each rerun, HyperProve minus each peer (the peers' top 5 through the program's final reader; "
+                  "dense-iterative searches the program's own sub-queries):", "", "| rerun | peer | F1 | R@5 |", "|---|---|---:|---:|"]
+        for now, _ in pairs:
+            for peer in [name for name in now["systems"] if name not in OURS]:
+                lines.append(f"| {now['name']} | {peer} | " + " | ".join(
+                    told(paired(now, "hyperprove", now, peer, key)) for key in ("f1", "recall@5")) + " |")
     return lines + [""]
 
 
