@@ -141,7 +141,7 @@ class ProgramConfig:
     country_names: bool = True  # with grounded_hops: a hop answer naming a country its facts name by another word ("Austria", "Austrian") counts as in them
     comparison_plans: bool = True  # comparison and same-country questions of a shape a rule reads get their sub-questions by rule, without the decomposer
     last_hop_answers: bool = False  # a chain whose last hop asks for the kind of answer the question asks (and holds it) ends with that answer, without the final reader
-    hop_passage_facts: int = Field(0, ge=0, le=20)  # the hop reader also reads up to this many more facts of the hop's top passage (its other sentences, in order)
+    hop_passage_facts: int = Field(6, ge=0, le=20)  # the hop reader also reads up to this many more facts of the hop's top passage (its other sentences, in order); 0: the top K alone
 
     # What a recorded config without these fields ran with (records made before they existed), so
     # that reproducing an old run reruns the old program whatever today's defaults are.

@@ -384,7 +384,7 @@ def test_the_hop_reader_also_reads_the_rest_of_the_top_passage(retriever):
 
     one = HypergraphRetriever(retriever.hypergraph, retriever.facts, retriever.encode, RetrieverConfig(top_k=1, n_seeds=3),
                               retriever.name_entities)
-    plain, _ = run(one, script())
+    plain, _ = run(one, script(), hop_passage_facts=0)
     assert [[fact["text"] for fact in hop["facts"]] for hop in plain.chain] == [
         ["Jaws was directed by Steven Spielberg."], ["Steven Spielberg's mother was Leah Adler."], ["Leah Adler died in 2017."]]
     read, calls = run(one, script(), hop_passage_facts=3)
