@@ -312,11 +312,11 @@ def render_reruns(runs: Sequence[dict], heading: bool = True) -> list[str]:
         return []
     told = lambda difference: ("–" if difference is None else  # noqa: E731
                                "{:+.2f} [{:+.2f}, {:+.2f}]".format(difference["mean"], *difference["interval95"]))
-    number = lambda value: f"{value:.2f}" if value is not None else "–"  # noqa: E731
+    number = lambda value, fmt="{:.2f}": fmt.format(value) if value is not None else "–"  # noqa: E731
     lines = (["## The first 60 dev questions again, with today's defaults", ""] if heading else []) + [
         "The first 60 dev questions of each set, HyperProve then (the first run's program) and now (`<set>-lm60-final`, every "
         "default chosen on train); changes and margins question by question (mean [paired bootstrap 95% interval]):", "",
-        "| set | F1 then → now | F1 change | R@5 then → now | R@5 change | F1 minus best peer | R@5 minus ppr | LM calls/q then → now |",
+        "| set | F1 then → now | F1 change | R@5 then → now | R@5 change | F1 minus best peer | R@5 minus ppr | LM calls/q then → now (s/q now) |",
         "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for now, then in pairs:
         ours, before, systems = now["systems"]["hyperprove"], then["systems"]["hyperprove"], now["systems"]
@@ -327,7 +327,7 @@ def render_reruns(runs: Sequence[dict], heading: bool = True) -> list[str]:
         margins = [f"{told(paired(now, 'hyperprove', now, best, 'f1'))} ({best})" if best else "–",
                    told(paired(now, "hyperprove", now, "ppr", "recall@5")) if "ppr" in systems else "–"]
         lines.append(f"| {then['name'].removesuffix('-lm60')} | {cells[0]} | {changes[0]} | {cells[1]} | {changes[1]} | "
-                     f"{margins[0]} | {margins[1]} | {cells[2]} |")
+                     f"{margins[0]} | {margins[1]} | {cells[2]} ({number(ours.get('seconds_per_question'), '{:.1f}')}) |")
     if heading:
         lines += ["", "In each rerun, HyperProve minus each peer (the peers' top 5 through the program's final reader; "
                   "dense-iterative searches the program's own sub-queries):", "", "| rerun | peer | F1 | R@5 |", "|---|---|---:|---:|"]

@@ -389,15 +389,15 @@ def test_reruns_pair_today_s_program_with_the_first_run_and_with_the_rerun_s_pee
                  {"hyperprove": {"f1": 25.0, "recall@5": 50.0, "lm_calls_per_question": 5.5}})
     now = write("musique-lm60-final", {"hyperprove": [1.0, 1.0], "ppr": [0.0, 0.0], "hyperprove-passages": [0.5, 0.5]},
                 {"hyperprove": [1.0, 1.0], "ppr": [1.0, 1.0], "hyperprove-passages": [1.0, 1.0]},
-                {"hyperprove": {"f1": 100.0, "recall@5": 100.0, "lm_calls_per_question": 3.0},
+                {"hyperprove": {"f1": 100.0, "recall@5": 100.0, "lm_calls_per_question": 3.0, "seconds_per_question": 12.34},
                  "ppr": {"f1": 0.0, "recall@5": 100.0}, "hyperprove-passages": {"f1": 50.0, "recall@5": 100.0}})
     lines = render_reruns([now, then], heading=False)
     # the rerun's best peer (its only one, ppr) on F1: +100 both questions; on R@5 level
     assert lines[2:] == [
-        "| set | F1 then → now | F1 change | R@5 then → now | R@5 change | F1 minus best peer | R@5 minus ppr | LM calls/q then → now |",
+        "| set | F1 then → now | F1 change | R@5 then → now | R@5 change | F1 minus best peer | R@5 minus ppr | LM calls/q then → now (s/q now) |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
         "| musique | 25.00 → 100.00 | +75.00 [+50.00, +100.00] | 50.00 → 100.00 | +50.00 [+50.00, +50.00] | "
-        "+100.00 [+100.00, +100.00] (ppr) | +0.00 [+0.00, +0.00] | 5.50 → 3.00 |", ""]
+        "+100.00 [+100.00, +100.00] (ppr) | +0.00 [+0.00, +0.00] | 5.50 → 3.00 (12.3) |", ""]
     # the report adds every peer of each rerun; the program's own passages path is not a peer
     assert render_reruns([now, then])[-3:] == ["|---|---|---:|---:|", "| musique-lm60-final | ppr | +100.00 [+100.00, +100.00] | +0.00 [+0.00, +0.00] |", ""]
     assert render_reruns([now]) == [] and render_headline([now, then])[0].startswith("The first 60 dev questions of each set")
