@@ -49,8 +49,7 @@ What the program decides where METHOD.md is silent:
   facts, then up to N more facts of the hop's top passage in the passage's order (what the
   passage says of its subject beyond the K facts: "Born as Leopoldo Torres Nilsson, ... the son
   of ..." does not name "Leopoldo Torre Nilsson" and ranks low). The frontier still carries the
-  cited facts.
-  On the three train splits together F1 +2.6 [+0.0, +5.2] with no more calls (FINDINGS).
+  cited facts. On the three train splits together F1 +2.6 [+0.0, +5.2], no more calls (FINDINGS).
 - Passages for Recall@k: each hop's ranked passages, interleaved rank by rank; with
   `question_channel`, the ranking for the whole question (no frontier) leads the interleaving,
   so a hop that went astray still leaves the passages the question itself points to.
