@@ -46,6 +46,16 @@ COMPARED = (("recall@5", "Recall@5", ("hyperprove", "hyperprove-fixed")), ("reca
             ("f1", "F1", ("hyperprove", "hyperprove-passages")))
 
 
+def standing(difference: dict) -> str:
+    """A paired difference in words: "ahead" or "behind" only when its interval excludes 0."""
+    return {"better": "ahead", "worse": "behind"}.get(difference["verdict"], "not told apart")
+
+
+def interval_cell(difference: dict | None) -> str:
+    """A table cell: the mean difference and its paired bootstrap 95% interval ("–" for none)."""
+    return "–" if difference is None else "{:+.2f} [{:+.2f}, {:+.2f}]".format(difference["mean"], *difference["interval95"])
+
+
 def verdict(run: dict) -> list[str]:
     """HyperProve's Recall@5 and F1 against the best peer's, one sentence each, with the paired
     bootstrap interval when the run's predictions are there: "ahead" or "behind" only when the
@@ -64,7 +74,7 @@ def verdict(run: dict) -> list[str]:
             difference = paired(run, name, run, best, metric)
             if difference:
                 low, high = difference["interval95"]
-                position = {"better": "ahead", "worse": "behind"}.get(difference["verdict"], "not told apart")
+                position = standing(difference)
                 sentence += (f"; paired bootstrap 95% interval {low:+.2f} to {high:+.2f} (up on {difference['up']} questions, "
                              f"down on {difference['down']}, level on {difference['same']}), so {position}")
             lines.append(sentence + ".")
@@ -173,8 +183,7 @@ def paired_table(run: dict) -> list[str]:
         cells = []
         for key, _ in scores:
             difference = paired(run, ours, run, other, key) if systems[other].get(key) is not None else None
-            cells.append("–" if difference is None else
-                         "{:+.2f} [{:+.2f}, {:+.2f}]".format(difference["mean"], *difference["interval95"]))
+            cells.append(interval_cell(difference))
         if any(cell != "–" for cell in cells):
             lines.append(f"| {other} | " + " | ".join(cells) + " |")
     if not lines:
@@ -310,8 +319,6 @@ def render_reruns(runs: Sequence[dict], heading: bool = True) -> list[str]:
     pairs = reruns(runs)
     if not pairs:
         return []
-    told = lambda difference: ("–" if difference is None else  # noqa: E731
-                               "{:+.2f} [{:+.2f}, {:+.2f}]".format(difference["mean"], *difference["interval95"]))
     number = lambda value, fmt="{:.2f}": fmt.format(value) if value is not None else "–"  # noqa: E731
     lines = (["## The first 60 dev questions again, with today's defaults", ""] if heading else []) + [
         "The first 60 dev questions of each set, HyperProve then (the first run's program) and now (`<set>-lm60-final`, every "
@@ -323,9 +330,9 @@ def render_reruns(runs: Sequence[dict], heading: bool = True) -> list[str]:
         peers = [name for name in systems if name not in OURS and systems[name].get("f1") is not None]
         best = max(peers, key=lambda name: systems[name]["f1"]) if peers else None
         cells = [f"{number(before.get(key))} → {number(ours.get(key))}" for key in ("f1", "recall@5", "lm_calls_per_question")]
-        changes = [told(paired(now, "hyperprove", then, "hyperprove", key)) for key in ("f1", "recall@5")]
-        margins = [f"{told(paired(now, 'hyperprove', now, best, 'f1'))} ({best})" if best else "–",
-                   told(paired(now, "hyperprove", now, "ppr", "recall@5")) if "ppr" in systems else "–"]
+        changes = [interval_cell(paired(now, "hyperprove", then, "hyperprove", key)) for key in ("f1", "recall@5")]
+        margins = [f"{interval_cell(paired(now, 'hyperprove', now, best, 'f1'))} ({best})" if best else "–",
+                   interval_cell(paired(now, "hyperprove", now, "ppr", "recall@5")) if "ppr" in systems else "–"]
         lines.append(f"| {then['name'].removesuffix('-lm60')} | {cells[0]} | {changes[0]} | {cells[1]} | {changes[1]} | "
                      f"{margins[0]} | {margins[1]} | {cells[2]} ({number(ours.get('seconds_per_question'), '{:.1f}')}) |")
     if heading:
@@ -334,7 +341,7 @@ def render_reruns(runs: Sequence[dict], heading: bool = True) -> list[str]:
         for now, _ in pairs:
             for peer in [name for name in now["systems"] if name not in OURS]:
                 lines.append(f"| {now['name']} | {peer} | " + " | ".join(
-                    told(paired(now, "hyperprove", now, peer, key)) for key in ("f1", "recall@5")) + " |")
+                    interval_cell(paired(now, "hyperprove", now, peer, key)) for key in ("f1", "recall@5")) + " |")
     return lines + [""]
 
 
@@ -373,11 +380,11 @@ def render_powered(run: dict) -> list[str]:
             told = ""
             if difference:
                 low, high = difference["interval95"]
-                position = {"better": "ahead", "worse": "behind"}.get(difference["verdict"], "not told apart")
+                position = standing(difference)
                 told = f" [{low:+.2f}, {high:+.2f}] (up on {difference['up']} questions, down on {difference['down']}), {position}"
             lines.append(f"- F1, hyperprove minus {peer}: {gap:+.2f}{told}.")
         if systems.get("hyperprove-passages", {}).get("f1") is not None and (difference := paired(run, "hyperprove", run, "hyperprove-passages", "f1")):
-            position = {"better": "ahead", "worse": "behind"}.get(difference["verdict"], "not told apart")
+            position = standing(difference)
             lines.append(f"- F1, hyperprove minus hyperprove-passages (its own top 5 through the peers' reader): {difference['mean']:+.2f} "
                          "[{:+.2f}, {:+.2f}], {}.".format(*difference["interval95"], position))
         best = max(peers, key=lambda name: systems[name]["f1"])
