@@ -56,6 +56,11 @@ def interval_cell(difference: dict | None) -> str:
     return "–" if difference is None else "{:+.2f} [{:+.2f}, {:+.2f}]".format(difference["mean"], *difference["interval95"])
 
 
+def number(value: float | None, fmt: str = "{:.2f}") -> str:
+    """A table cell for a figure that may be missing ("–")."""
+    return fmt.format(value) if value is not None else "–"
+
+
 def verdict(run: dict) -> list[str]:
     """HyperProve's Recall@5 and F1 against the best peer's, one sentence each, with the paired
     bootstrap interval when the run's predictions are there: "ahead" or "behind" only when the
@@ -319,7 +324,6 @@ def render_reruns(runs: Sequence[dict], heading: bool = True) -> list[str]:
     pairs = reruns(runs)
     if not pairs:
         return []
-    number = lambda value, fmt="{:.2f}": fmt.format(value) if value is not None else "–"  # noqa: E731
     lines = (["## The first 60 dev questions again, with today's defaults", ""] if heading else []) + [
         "The first 60 dev questions of each set, HyperProve then (the first run's program) and now (`<set>-lm60-final`, every "
         "default chosen on train); changes and margins question by question (mean [paired bootstrap 95% interval]):", "",
@@ -364,7 +368,6 @@ def render_powered(run: dict) -> list[str]:
     summaries = typed_summaries(run)
     skip = run.get("config", {}).get("evaluation", {}).get("skip", 0)
     n = run.get("n_questions", summaries[0].get("n"))
-    number = lambda value, fmt="{:.2f}": fmt.format(value) if value is not None else "–"  # noqa: E731
     lines = [f"`{run['name']}`: dev questions {skip + 1}-{skip + n} ({n}); the program answers by itself, every other system hands "
              "its top 5 passages to the program's final reader. EM / F1 / R@5 in %, LM calls and seconds a question:", "",
              "| system | EM | F1 | R@5 | LM calls/q | s/q |", "|---|---:|---:|---:|---:|---:|"]
