@@ -349,20 +349,26 @@ def render_reruns(runs: Sequence[dict], heading: bool = True) -> list[str]:
     return lines + [""]
 
 
-HEADLINE_RUN = "2wiki-lm300"  # hundreds of questions no earlier LM run saw: where the answer claims are made
+HEADLINE_RUN = "2wiki-lm300"  # hundreds of questions no earlier LM run saw: where the answer claims are made (its `-final` rerun when there)
 
 
 def render_headline(runs: Sequence[dict]) -> list[str]:
-    """The README's headline: the `HEADLINE_RUN` when it is there (`render_powered`, then the
-    60-question reruns), else the same-reader table of the 60-question runs."""
-    run = next((run for run in runs if run.get("name") == HEADLINE_RUN), None)
-    return render_powered(run) + render_reruns(runs, heading=False) if run else render_same_reader(runs, heading=False)
+    """The README's headline: the `HEADLINE_RUN` rerun with today's defaults (`<name>-final`) or,
+    without it, the run itself (`render_powered`), then the 60-question reruns; else the
+    same-reader table of the 60-question runs."""
+    named = {run.get("name"): run for run in runs}
+    run = named.get(f"{HEADLINE_RUN}-final") or named.get(HEADLINE_RUN)
+    if run is None:
+        return render_same_reader(runs, heading=False)
+    then = named.get(HEADLINE_RUN) if run["name"] != HEADLINE_RUN else None
+    return render_powered(run, then) + render_reruns(runs, heading=False)
 
 
-def render_powered(run: dict) -> list[str]:
+def render_powered(run: dict, then: dict | None = None) -> list[str]:
     """One run's answer claim: every system's EM / F1 / R@5 and cost, HyperProve's F1 against each
     peer (paired bootstrap 95% interval) and as a multiple of the best peer's, F1 by question type,
-    and where each system's wrong answers failed (the first stage that failed)."""
+    and where each system's wrong answers failed (the first stage that failed). With `then`, an
+    earlier run on the same questions, also HyperProve's change since it, with its LM calls."""
     from experiments.failures import failure_counts
 
     summaries = typed_summaries(run)
@@ -393,6 +399,12 @@ def render_powered(run: dict) -> list[str]:
         best = max(peers, key=lambda name: systems[name]["f1"])
         if systems[best]["f1"]:
             lines.append(f"- hyperprove's F1 is {systems['hyperprove']['f1'] / systems[best]['f1']:.2f} times the best peer's ({best}).")
+    if then and "hyperprove" in systems and (difference := paired(run, "hyperprove", then, "hyperprove", "f1")):
+        before = then["systems"]["hyperprove"]
+        lines.append(f"- F1, hyperprove minus the same questions' first run (`{then['name']}`, before today's defaults): "
+                     f"{number(before.get('f1'))} → {number(systems['hyperprove'].get('f1'))}, {interval_cell(difference)} "
+                     f"(up on {difference['up']} questions, down on {difference['down']}), {difference['verdict']}; LM calls a question "
+                     f"{number(before.get('lm_calls_per_question'))} → {number(systems['hyperprove'].get('lm_calls_per_question'))}.")
     typed = [s for s in summaries if s.get("per_type")]
     if typed:
         lines += ["", "F1 by question type:", "", *type_table(typed, "f1")]

@@ -370,6 +370,19 @@ def test_the_headline_run_gives_the_answer_claim_with_costs_types_and_failures(t
         "| hyperprove | 4 | 0 | 0 | 0 | 0 |", "| bm25 | 0 | 0 | 3 | 0 | 1 |", "| ppr | 0 | 0 | 0 | 0 | 4 |", ""]
     # without the headline run, the 60-question runs' table
     assert render_headline([other])[0].startswith("The first 60 dev questions of each set")
+    # its rerun with today's defaults leads, with the change since the first run: the first run's
+    # program had F1 0.5 on each question, so +50 on all four
+    first = tmp_path / "first"
+    first.mkdir()
+    (first / "predictions.json").write_text(json.dumps({"hyperprove": [{"id": f"q{k}", "f1": 0.5} for k in range(4)]}))
+    then = {"name": "2wiki-lm300", "n_questions": 4, "results_dir": str(first),
+            "systems": {"hyperprove": {"f1": 50.0, "lm_calls_per_question": 5.0}}}
+    final = {**run, "name": "2wiki-lm300-final"}
+    lines = render_headline([then, final, other])
+    assert lines[0].startswith("`2wiki-lm300-final`: dev questions 61-64 (4)")
+    assert lines[lines.index("- hyperprove's F1 is 2.00 times the best peer's (ppr).") + 1] == (
+        "- F1, hyperprove minus the same questions' first run (`2wiki-lm300`, before today's defaults): 50.00 → 100.00, "
+        "+50.00 [+50.00, +50.00] (up on 4 questions, down on 0), better; LM calls a question 5.00 → 4.25.")
 
 
 def test_reruns_pair_today_s_program_with_the_first_run_and_with_the_rerun_s_peers(tmp_path):
