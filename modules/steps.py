@@ -259,7 +259,10 @@ class HopAnswerer(dspy.Module):
             resting = cited if not grounded or contained(answer, [f"{fact.title} {fact.text}" for fact in cited], countries) else None
             if resting is None and grounded_in == "evidence":
                 resting = [fact for fact in facts if contained(answer, [f"{fact.title} {fact.text}"], countries)] or None
-            problem = "is not in its facts" if resting is None else subject_problem(question, answer, resting, naming) if about_subject else None
+            if resting is None:
+                problem = "is not in the facts it cites" if supporting and grounded_in == "cited" else "is not in its facts"
+            else:
+                problem = subject_problem(question, answer, resting, naming) if about_subject else None
             if problem is None:
                 kept = supporting if resting is cited else resting
                 return dspy.Prediction(answer=answer, supporting=[fact.id for fact in kept], replaced=None, ungrounded=False, why=None,

@@ -219,7 +219,7 @@ def test_checked_decomposition_and_grounded_hops_show_in_the_fallbacks(retriever
     cited = [ScoredFact(**hop["facts"][0])]
     assert hop["answer"] == supported_span(hop["query"], cited) and hop["supporting"] == [hop["facts"][0]["id"]]
     assert prediction.fallbacks[:2] == ["decompose: kept one that drops 'jaws' after 2 tries",
-                                        f"answer 1: 'George Lucas' is not in its facts; their span {hop['answer']!r} replaces it"]
+                                        f"answer 1: 'George Lucas' is not in the facts it cites; their span {hop['answer']!r} replaces it"]
 
 
 def test_grounded_hops_keep_an_answer_whose_facts_hold_nothing_of_its_kind(retriever):
@@ -233,8 +233,8 @@ def test_grounded_hops_keep_an_answer_whose_facts_hold_nothing_of_its_kind(retri
     prompts = [call["messages"][-1]["content"] for call in lm.history]
     assert sum(ask("Who directed Jaws?") in prompt for prompt in prompts) == 2  # asked again before it is kept
     assert [hop["answer"] for hop in prediction.chain] == ["Steven Spielberg", "Leah Adler", "2017"] and prediction.answer == "2017"
-    assert prediction.fallbacks == ["answer 1: 'Steven Spielberg' is not in its facts, and no name of theirs can replace it; kept",
-                                    "answer 3: '2017' is not in its facts, and no date of theirs can replace it; kept"]
+    assert prediction.fallbacks == ["answer 1: 'Steven Spielberg' is not in the facts it cites, and no name of theirs can replace it; kept",
+                                    "answer 3: '2017' is not in the facts it cites, and no date of theirs can replace it; kept"]
 
 
 def test_folded_identity_steps_cost_no_hop(retriever):
