@@ -17,7 +17,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Callable, Iterator
+from typing import Callable, Collection, Iterator
 
 from modules.errors import HyperProveError
 from modules.facts import Passage
@@ -382,10 +382,10 @@ def document_files(folder: Path) -> Iterator[tuple[Path, str]]:
 
 
 def read_folder(folder: str | Path, max_words: int = 120, overlap: int = 20, log: Callable[[str], None] = print,
-                prefix: str = "") -> FolderCorpus:
-    """Every document under `folder` as passages, its path `prefix` + its path in `folder`. An
-    unreadable or empty file is reported (one line) and skipped; a passage that repeats an
-    earlier one word for word is kept once."""
+                prefix: str = "", leave_out: Collection[str] = ()) -> FolderCorpus:
+    """Every document under `folder` as passages, its path `prefix` + its path in `folder`, but
+    for those `leave_out` names. An unreadable or empty file is reported (one line) and skipped;
+    a passage that repeats an earlier one word for word is kept once."""
     root = Path(folder)
     if not root.is_dir():
         raise HyperProveError(f"{root}: not a folder")
@@ -393,6 +393,8 @@ def read_folder(folder: str | Path, max_words: int = 120, overlap: int = 20, log
     taken: set[Passage] = set()
     for path, relative in document_files(root):
         relative = prefix + relative
+        if relative in leave_out:
+            continue
         suffix = path.suffix.lower()
         if suffix not in READERS and suffix not in CORPUS_SUFFIXES:
             corpus.other_kinds[suffix] = corpus.other_kinds.get(suffix, 0) + 1

@@ -172,11 +172,35 @@ def folder_update(index: HypergraphIndex, folder: str | Path, log: Callable[[str
         + (f"; {len(missing)} in the index but no longer here, kept (index --delete FILE --into ... takes one out): {', '.join(missing[:3])}"
            + (" ..." if len(missing) > 3 else "") if missing else ""))
     coming = [p for p in read.passages if file_of(p.source) in changed]
-    source_now = {p: p.source for p in coming}
+    source_now = {p: p.source for p in read.passages}  # a passage a changed file dropped may be held by another, unchanged one
     leaving = {k for k, p in enumerate(index.passages) if file_of(p.source) in changed and p not in source_now}
     passages = [Passage(p.title, p.text, source_now.get(p, p.source)) if file_of(p.source) in changed else p for p in index.passages]
     return FolderUpdate(removed=np.array(sorted(leaving), dtype=np.int64), added=new_passages(index, coming, leaving),
                         passages=passages, documents=documents_record(read, words, overlap, documents))
+
+
+def held_elsewhere(documents: dict, leaving: Sequence[str]) -> FolderCorpus | None:
+    """The index's first folder read again without the documents `leaving` (None when it is gone
+    or holds nothing else): which document now holds a passage that two of them shared, since a
+    folder's repeated passage is indexed once, under the first document that has it."""
+    root = Path(documents["root"])
+    if not root.is_dir():
+        return None
+    try:
+        return read_folder(root, documents["words"], documents["overlap"], log=lambda line: None, leave_out=set(leaving))
+    except HyperProveError:
+        return None
+
+
+def joining(still: FolderCorpus | None, documents: dict, passages: Sequence[Passage]) -> dict[str, str]:
+    """The documents of `still` the record lacks (each passage of theirs repeated another
+    document's) whose passages the index now all holds: their checksums, so that a later update
+    leaves them alone."""
+    if still is None:
+        return {}
+    held = set(passages)
+    lacking = {file_of(p.source) for p in still.passages if p not in held}
+    return {key: digest for key, digest in still.files.items() if key not in documents["files"] and key not in lacking}
 
 
 def read_deletions(path: str | Path) -> list[int | str]:
@@ -252,7 +276,15 @@ def delete_from_index(deletions: str | Path, directory: str | Path, config, runt
         named = named_documents(index, deletions)
         wanted = named if named is not None else read_deletions(deletions)
         removed = passages_to_remove(index, wanted, str(deletions), log)
-        if not len(removed):
+        documents = index.info.get("documents")
+        still = held_elsewhere(documents, named) if named and documents and len(removed) else None
+        source_of = {p: p.source for p in still.passages} if still else {}
+        kept = [k for k in removed.tolist() if index.passages[k] in source_of]
+        if kept:  # a passage another document also holds was indexed once, under the one leaving: it stays, under the other
+            index.passages = [Passage(p.title, p.text, source_of[p]) if k in set(kept) else p for k, p in enumerate(index.passages)]
+            removed = np.setdiff1d(removed, kept)
+            log(f"{deletions}: {len(kept)} of its passages are also in other documents: kept, under those")
+        if not len(removed) and not kept:
             log(f"{directory}: nothing to delete; generation {index.generation} stays")
             return {"index": str(directory), "generation": index.generation, "removed": 0, **index.counts(), "seconds": 0.0}
         if len(removed) == len(index.passages):
@@ -260,11 +292,11 @@ def delete_from_index(deletions: str | Path, directory: str | Path, config, runt
         runtime = runtime or Runtime(config)
         started = time.perf_counter()
         before, base = index.counts(), index.generation
-        documents = index.info.get("documents")
         index = shrink_index(index, removed, config.index, runtime.embedder)
-        if documents:  # a document none of whose passages is left leaves the record
+        if documents:  # a document none of whose passages is left leaves the record; one the index now holds whole joins it
             left = {file_of(p.source) for p in index.passages}
-            index.info["documents"] = {**documents, "files": {k: v for k, v in documents["files"].items() if k in left}}
+            files = {**joining(still, documents, index.passages), **documents["files"]}
+            index.info["documents"] = {**documents, "files": {k: v for k, v in sorted(files.items()) if k in left}}
             index.info["generations"][-1]["removed_files"] = sorted(documents["files"].keys() - left)
         save_index(index, directory, replaces=base)
     seconds = time.perf_counter() - started

@@ -237,3 +237,49 @@ def test_an_index_follows_a_changing_folder_passage_by_passage(tmp_path, capsys)
     run("index", docs, "--out", tmp_path / "fresh")
     assert sorted((p["title"], p["text"], p["source"]) for p in passages(index)) == \
         sorted((p["title"], p["text"], p["source"]) for p in passages(tmp_path / "fresh"))
+
+
+def test_a_passage_two_documents_share_stays_while_either_holds_it(tmp_path, capsys):
+    # ada.md and notes/ada.md share their first passage (same title and text), indexed once under
+    # ada.md; again.md repeats ada.md whole and is skipped
+    docs, index = tmp_path / "docs", tmp_path / "idx"
+    (docs / "notes").mkdir(parents=True)
+    shared, family, work = "Ada Lovelace was a mathematician.", "Her father was Lord Byron, the poet.", "She wrote the first program."
+    (docs / "ada.md").write_text(f"# Ada Lovelace\n\n{shared}\n\n## Family\n{family}\n")
+    (docs / "again.md").write_text(f"# Ada Lovelace\n\n{shared}\n\n## Family\n{family}\n")
+    (docs / "notes" / "ada.md").write_text(f"# Ada Lovelace\n\n{shared}\n\n## Work\n{work}\n")
+    scripted = Scripted()
+
+    def run(*argv):
+        code = main([str(a) for a in argv] + ["--embedder", "test-hash", "--json"], make_runtime=scripted)
+        out = capsys.readouterr().out
+        assert code == 0, out
+        return out, json.loads(out.strip().splitlines()[-1])
+
+    def held(folder):
+        return sorted((p["title"], p["text"], p["source"]) for p in passages(folder))
+
+    run("index", docs, "--out", index)
+    assert [(p["id"], p["source"], p["text"]) for p in passages(index)] == [
+        (0, "ada.md#0", shared), (1, "ada.md#1", family), (2, "notes/ada.md#1", work)]
+
+    # ada.md taken out: both its passages stay, under again.md, which joins the record
+    (docs / "ada.md").unlink()
+    out, deleted = run("index", "--delete", "ada.md", "--into", index)
+    assert deleted["removed"] == 0 and "2 of its passages are also in other documents: kept, under those" in out
+    assert [(p["id"], p["source"]) for p in passages(index)] == [(0, "again.md#0"), (1, "again.md#1"), (2, "notes/ada.md#1")]
+    manifest = json.loads((index / "manifest.json").read_text())
+    assert sorted(manifest["documents"]["files"]) == ["again.md", "notes/ada.md"]
+
+    # again.md drops the shared paragraph: notes/ada.md, unchanged, still holds it, so it stays, id and all
+    (docs / "again.md").write_text(f"# Ada Lovelace\n\n## Family\n{family}\n")
+    out, changed = run("index", "--add", docs, "--into", index)
+    assert (changed["added"], changed["removed"]) == (0, 0)
+    assert [(p["id"], p["source"]) for p in passages(index)] == [(0, "notes/ada.md#0"), (1, "again.md#0"), (2, "notes/ada.md#1")]
+
+    # again.md out: the family leaves with it
+    (docs / "again.md").unlink()
+    out, deleted = run("index", "--delete", docs / "again.md", "--into", index)
+    assert deleted["removed"] == 1
+    run("index", docs, "--out", tmp_path / "fresh")
+    assert held(index) == held(tmp_path / "fresh") == [("Ada Lovelace", shared, "notes/ada.md#0"), ("Ada Lovelace › Work", work, "notes/ada.md#1")]
