@@ -237,26 +237,38 @@ def test_a_run_without_types_gets_them_from_its_questions_and_a_verdict_per_type
 def test_compare_pairs_systems_of_two_results_folders(tmp_path):
     import pytest
 
-    from experiments.tools.compare import compare
+    from experiments.tools.compare import Subset, compare
     from modules.errors import HyperProveError
 
-    # ten questions in two folders, listed in different orders: the program finds both gold passages on nine, ppr on none
+    # ten questions in two folders, listed in different orders: the program finds both gold passages on nine, ppr on none;
+    # the program answered q0 and q9 by rule
     for name, system, values in (("a", "hyperprove", [1.0] * 9 + [0.5]), ("b", "ppr", [0.0] * 9 + [0.5])):
         (tmp_path / name).mkdir()
-        rows = [{"id": f"q{k}", "recall@5": value} for k, value in enumerate(values)]
+        rows = [{"id": f"q{k}", "recall@5": value, **({"by_rule": "..."} if name == "a" and k in (0, 9) else {})} for k, value in enumerate(values)]
         (tmp_path / name / "predictions.json").write_text(json.dumps({system: rows[::-1] if name == "b" else rows}))
     # as in the verdict test: +100 on nine questions, 0 on one -> mean +90, interval +70 to +100
     assert compare(f"{tmp_path / 'a'}:hyperprove", f"{tmp_path / 'b'}:ppr", ["recall@5"]) == [
         f"{tmp_path / 'a'}:hyperprove minus {tmp_path / 'b'}:ppr: recall@5 +90.00 (95% interval +70.00 to +100.00; 9 up, 0 down, 1 same): better; "
         "95.00 against 5.00 on 10 questions"]
     # --first 2: the questions file lists q9 first, then q0; on those two +0 and +100 -> mean +50, both ends reachable
-    (tmp_path / "questions.json").write_text(json.dumps([{"id": f"q{k}", "question": "?", "answer": "x"} for k in (9, 0, 1)]))
+    (tmp_path / "questions.json").write_text(json.dumps([{"id": f"q{k}", "question": "?", "answer": "x", "type": kind}
+                                                         for k, kind in ((9, "comparison"), (0, "compositional"), (1, "compositional"))]))
     (tmp_path / "a" / "results.json").write_text(json.dumps({"questions": str(tmp_path / "questions.json")}))
-    assert compare(f"{tmp_path / 'a'}:hyperprove", f"{tmp_path / 'b'}:ppr", ["recall@5"], first_n=2) == [
-        f"{tmp_path / 'a'}:hyperprove minus {tmp_path / 'b'}:ppr: recall@5 +50.00 (95% interval +0.00 to +100.00; 1 up, 0 down, 1 same): "
-        "within noise; 75.00 against 25.00 on 2 questions"]
+    a_minus_b = f"{tmp_path / 'a'}:hyperprove minus {tmp_path / 'b'}:ppr: recall@5"
+    assert compare(f"{tmp_path / 'a'}:hyperprove", f"{tmp_path / 'b'}:ppr", ["recall@5"], Subset(first_n=2)) == [
+        f"{a_minus_b} +50.00 (95% interval +0.00 to +100.00; 1 up, 0 down, 1 same): within noise; 75.00 against 25.00 on 2 questions"]
+    # answered by rule: q0 and q9, the same two; with the reader: the other eight, +100 each
+    assert compare(f"{tmp_path / 'a'}:hyperprove", f"{tmp_path / 'b'}:ppr", ["recall@5"], Subset(where="by-rule")) == \
+        compare(f"{tmp_path / 'a'}:hyperprove", f"{tmp_path / 'b'}:ppr", ["recall@5"], Subset(first_n=2))
+    assert compare(f"{tmp_path / 'a'}:hyperprove", f"{tmp_path / 'b'}:ppr", ["recall@5"], Subset(where="reader")) == [
+        f"{a_minus_b} +100.00 (95% interval +100.00 to +100.00; 8 up, 0 down, 0 same): better; 100.00 against 0.00 on 8 questions"]
+    # compositional: q0 and q1, the questions file's only two; with the reader too: q1 alone
+    assert compare(f"{tmp_path / 'a'}:hyperprove", f"{tmp_path / 'b'}:ppr", ["recall@5"], Subset(types=("compositional",)))[0].endswith(
+        "100.00 against 0.00 on 2 questions")
+    assert compare(f"{tmp_path / 'a'}:hyperprove", f"{tmp_path / 'b'}:ppr", ["recall@5"], Subset(where="reader", types=("compositional",)))[0].endswith(
+        "100.00 against 0.00 on 1 questions")
     with pytest.raises(HyperProveError, match="fewer than 4 questions"):
-        compare(f"{tmp_path / 'a'}:hyperprove", f"{tmp_path / 'b'}:ppr", ["recall@5"], first_n=4)
+        compare(f"{tmp_path / 'a'}:hyperprove", f"{tmp_path / 'b'}:ppr", ["recall@5"], Subset(first_n=4))
     with pytest.raises(HyperProveError, match="'f1' is not scored"):
         compare(f"{tmp_path / 'a'}:hyperprove", f"{tmp_path / 'b'}:ppr", ["f1"])
     with pytest.raises(HyperProveError, match="no system 'dense'"):

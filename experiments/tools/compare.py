@@ -6,15 +6,17 @@ its paired bootstrap 95% interval (`experiments/stats.py`), for runs the report 
 
     python -m experiments.tools.compare musique-lm60:hyperprove musique-lm60:dense --metrics f1 em --first 20
     python -m experiments.tools.compare --costs hotpotqa-lm60-fast:hyperprove hotpotqa-lm60:hyperprove --metrics f1 recall@5
+    python -m experiments.tools.compare 2wiki-lm300:hyperprove 2wiki-lm300:dense-iterative --where reader --types compositional inference
 
 Each side is RESULTS:SYSTEM: a results folder (a name under experiments/results/, or a path)
 and a system in its predictions.json. The first side minus the second, then each side's mean.
 With `--choices`, each side against itself with the final answers that `choose_options`
 replaced put back: the same run without the choices, since the choice is the last step of a
 question. `--first N` keeps the first N questions of the first side's questions file (the
-questions `evaluate --limit N` would answer), to pair a subset of two larger runs. With
-`--costs`, first a table of what each side's LM calls cost a question (from each row's
-`lm_steps`) beside its scores: the before/after table of a cheaper answer path. Where both runs
+questions `evaluate --limit N` would answer), to pair a subset of two larger runs; `--where
+by-rule` (or `reader`) keeps the questions the first side answered by rule (or with its
+reader), `--types T ...` those of some question types. With `--costs`, first a table of what
+each side's LM calls cost a question (from each row's `lm_steps`) beside its scores: the before/after table of a cheaper answer path. Where both runs
 recorded their LM calls, a first line says how many requests they share and how many of those
 got the same reply: two options compared on the same calls share all but the ones an option changes.
 """
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,11 +63,35 @@ def first_questions(side: str, n: int) -> set[str]:
     return set(ids)
 
 
-def paired_rows(first: str, second: str, first_n: int | None = None) -> tuple[list[dict], list[dict]]:
-    """Both sides' rows, with `first_n` only the first N questions of the first side's questions file."""
+@dataclass(frozen=True)
+class Subset:
+    """Which questions to pair: the first N of the first side's questions file, those the first
+    side answered by rule (`where="by-rule"`) or with its reader (`"reader"`), those of some types."""
+
+    first_n: int | None = None
+    where: str | None = None
+    types: tuple[str, ...] = ()
+
+    def ids(self, side: str, rows: list[dict]) -> set[str] | None:
+        """The ids of `side`'s questions in the subset (None: all of them)."""
+        if self.first_n is None and self.where is None and not self.types:
+            return None
+        ids = {row["id"] for row in rows}
+        if self.first_n is not None:
+            ids &= first_questions(side, self.first_n)
+        if self.where is not None:
+            ids &= {row["id"] for row in rows if ("by_rule" in row) == (self.where == "by-rule")}
+        if self.types:
+            folder, _ = side_folder(side)
+            ids &= {question.id for question in folder_questions(folder) if question.type in self.types}
+        return ids
+
+
+def paired_rows(first: str, second: str, subset: Subset = Subset()) -> tuple[list[dict], list[dict]]:
+    """Both sides' rows, only the `subset`'s questions (chosen by the first side)."""
     rows, others = side_rows(first), side_rows(second)
-    if first_n is not None:
-        kept = first_questions(first, first_n)
+    kept = subset.ids(first, rows)
+    if kept is not None:
         rows, others = [row for row in rows if row["id"] in kept], [row for row in others if row["id"] in kept]
     return rows, others
 
@@ -82,8 +109,8 @@ def shared_calls(first: str, second: str) -> list[str]:
     return [f"LM calls: {len(records[0].calls)} and {len(records[1].calls)} recorded; {both} requests in both, {same} of them with the same reply"]
 
 
-def compare(first: str, second: str, metrics: list[str], first_n: int | None = None) -> list[str]:
-    rows, others = paired_rows(first, second, first_n)
+def compare(first: str, second: str, metrics: list[str], subset: Subset = Subset()) -> list[str]:
+    rows, others = paired_rows(first, second, subset)
     if not rows or [row["id"] for row in rows] != [row["id"] for row in others]:
         raise HyperProveError(f"{first} and {second} did not answer the same questions; a paired difference needs the same ones")
     lines = shared_calls(first, second)
@@ -130,9 +157,9 @@ def step_rows(side: str, steps: dict[str, dict]) -> list[str]:
             for step, cost in steps.items()]
 
 
-def costs(first: str, second: str, metrics: list[str], first_n: int | None = None) -> list[str]:
+def costs(first: str, second: str, metrics: list[str], subset: Subset = Subset()) -> list[str]:
     """The two sides' LM bills and scores as markdown tables (whole, then per step), then the paired differences (`compare`)."""
-    sides = list(zip((first, second), paired_rows(first, second, first_n)))
+    sides = list(zip((first, second), paired_rows(first, second, subset)))
     steps = [step_costs(side, rows) for side, rows in sides]
     head = ["LM calls/q", "DSPy cache hits/q", "computed prompt tok/q", "prompt tok/q from the server's cache", "generated tok/q", "s/q"]
     lines = ["| run | " + " | ".join(head + metrics) + " |", "|---|" + "---:|" * (len(head) + len(metrics))]
@@ -140,7 +167,7 @@ def costs(first: str, second: str, metrics: list[str], first_n: int | None = Non
     lines += ["", "| run | step | LM calls/q | computed prompt tok/q | prompt tok/q from the server's cache | generated tok/q | LM s/q |",
               "|---|---|---:|---:|---:|---:|---:|"]
     lines += [line for (side, _), spent in zip(sides, steps) for line in step_rows(side, spent)]
-    return lines + [""] + compare(first, second, metrics, first_n)
+    return lines + [""] + compare(first, second, metrics, subset)
 
 
 def without_choices(rows: list[dict], golds: dict[str, list[str]], source: str = "the run") -> tuple[list[dict], int]:
@@ -174,19 +201,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--metrics", nargs="+", default=["f1"], help="per-question scores: f1, em, recall@2, recall@5")
     parser.add_argument("--choices", action="store_true", help="each side with and without the final answers choose_options replaced")
     parser.add_argument("--first", type=int, metavar="N", help="only the first N questions of the first side's questions file")
+    parser.add_argument("--where", choices=["by-rule", "reader"], help="only the questions the first side answered by rule, or with its reader")
+    parser.add_argument("--types", nargs="+", default=[], metavar="TYPE", help="only questions of these types (e.g. compositional inference)")
     parser.add_argument("--costs", action="store_true", help="first a table of each side's LM calls, tokens and seconds a question")
     args = parser.parse_args(argv)
     if not args.choices and len(args.sides) != 2:
         parser.error("give two sides to compare (or --choices)")
-    if args.first is not None and (args.choices or args.first < 1):
-        parser.error("--first takes a whole number from 1, and goes with two sides, not --choices")
+    if args.first is not None and args.first < 1:
+        parser.error("--first takes a whole number from 1")
+    if args.choices and (args.first is not None or args.where or args.types):
+        parser.error("--first, --where and --types go with two sides, not --choices")
     if args.costs and args.choices:
         parser.error("--costs goes with two sides, not --choices")
     try:
         if args.choices:
             lines = [line for side in args.sides for line in choices(side, args.metrics)]
         else:
-            lines = (costs if args.costs else compare)(*args.sides, args.metrics, args.first)
+            lines = (costs if args.costs else compare)(*args.sides, args.metrics, Subset(args.first, args.where, tuple(args.types)))
         print("\n".join(lines))
     except HyperProveError as error:
         print(f"error: {error}", file=sys.stderr)
