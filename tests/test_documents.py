@@ -182,12 +182,8 @@ def passages(index_dir):
     return [json.loads(line) for line in (index_dir / "passages.jsonl").read_text().splitlines()]
 
 
-def test_an_index_follows_a_changing_folder_passage_by_passage(tmp_path, capsys):
-    docs, index = tmp_path / "docs", tmp_path / "idx"
-    docs.mkdir()
-    family = "Her father was Lord Byron, the poet."
-    (docs / "ada.md").write_text(f"# Ada Lovelace\n\nAda Lovelace was a mathematician.\n\n## Family\n{family}\n")
-    (docs / "babbage.txt").write_text("Charles Babbage\n\nBabbage was born in London in 1791.")
+def cli(capsys):
+    """`hyperprove ARGS --embedder test-hash --json`, asserted to succeed: (its output, its JSON summary)."""
     scripted = Scripted()
 
     def run(*argv):
@@ -195,6 +191,16 @@ def test_an_index_follows_a_changing_folder_passage_by_passage(tmp_path, capsys)
         out = capsys.readouterr().out
         assert code == 0, out
         return out, json.loads(out.strip().splitlines()[-1])
+    return run
+
+
+def test_an_index_follows_a_changing_folder_passage_by_passage(tmp_path, capsys):
+    docs, index = tmp_path / "docs", tmp_path / "idx"
+    docs.mkdir()
+    family = "Her father was Lord Byron, the poet."
+    (docs / "ada.md").write_text(f"# Ada Lovelace\n\nAda Lovelace was a mathematician.\n\n## Family\n{family}\n")
+    (docs / "babbage.txt").write_text("Charles Babbage\n\nBabbage was born in London in 1791.")
+    run = cli(capsys)
 
     out, built = run("index", docs, "--out", index)
     assert (built["files"], built["passages"], built["skipped"]) == (2, 3, 0)
@@ -248,13 +254,7 @@ def test_a_passage_two_documents_share_stays_while_either_holds_it(tmp_path, cap
     (docs / "ada.md").write_text(f"# Ada Lovelace\n\n{shared}\n\n## Family\n{family}\n")
     (docs / "again.md").write_text(f"# Ada Lovelace\n\n{shared}\n\n## Family\n{family}\n")
     (docs / "notes" / "ada.md").write_text(f"# Ada Lovelace\n\n{shared}\n\n## Work\n{work}\n")
-    scripted = Scripted()
-
-    def run(*argv):
-        code = main([str(a) for a in argv] + ["--embedder", "test-hash", "--json"], make_runtime=scripted)
-        out = capsys.readouterr().out
-        assert code == 0, out
-        return out, json.loads(out.strip().splitlines()[-1])
+    run = cli(capsys)
 
     def held(folder):
         return sorted((p["title"], p["text"], p["source"]) for p in passages(folder))
