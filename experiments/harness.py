@@ -266,16 +266,28 @@ def _ranker(bench: Workbench, name: str, decomposition: str, sub_queries: dict[s
 # --- results -------------------------------------------------------------------------------------
 COLUMNS = (
     ("recall@2", "R@2", "{:.2f}"), ("recall@5", "R@5", "{:.2f}"), ("em", "EM", "{:.2f}"), ("f1", "F1", "{:.2f}"),
-    ("lm_calls_per_question", "LM calls/q", "{:.2f}"), ("prompt_tokens_per_question", "prompt tok/q", "{:.0f}"),
+    ("lm_calls_per_question", "LM calls/q", "{:.2f}"), ("cached_calls_per_question", "of them cached/q", "{:.2f}"),
+    ("prompt_tokens_per_question", "prompt tok/q", "{:.0f}"),
     ("completion_tokens_per_question", "gen tok/q", "{:.0f}"), ("seconds_per_question", "s/q", "{:.4g}"),
     ("retrieval_ms_per_question", "retrieval ms/q", "{:.1f}"), ("planned_by_rule", "planned by rule", "{:d}"),
     ("answered_by_rule", "answered by rule", "{:d}"),
 )
 
 
+def with_cached_calls(summaries: Sequence[dict]) -> list[dict]:
+    """The summaries with the LM calls a question that the LM cache or a replayed record answered
+    (`cached_calls_per_question`) where any system had some: such calls take no LM time, so the
+    s/q beside them is not what the LM costs."""
+    if not any(summary.get("lm_cache_hits") for summary in summaries):
+        return list(summaries)
+    return [{**summary, "cached_calls_per_question": round(summary["lm_cache_hits"] / summary["n"], 2) if "lm_cache_hits" in summary else None}
+            for summary in summaries]
+
+
 def results_table(summaries: Sequence[dict]) -> str:
     """A markdown table, one row per system; "–" where a metric does not apply, and no column
     that applies to no system (a run recorded before tokens were counted has no token columns)."""
+    summaries = with_cached_calls(summaries)
     columns = [(key, title, fmt) for key, title, fmt in COLUMNS if any(s.get(key) is not None for s in summaries)]
     lines = ["| system | n | " + " | ".join(title for _, title, _ in columns) + " |", "|---|---:|" + "---:|" * len(columns)]
     for summary in summaries:

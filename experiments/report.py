@@ -24,7 +24,7 @@ from typing import Sequence
 ROOT = Path(__file__).resolve().parents[1]
 
 from experiments.failures import failure_summary, failure_table, page_link
-from experiments.harness import SYSTEMS, TYPE_SCORES, per_type_tables, results_table, type_table
+from experiments.harness import SYSTEMS, TYPE_SCORES, per_type_tables, results_table, type_table, with_cached_calls
 from experiments.metrics import per_type, question_type
 from experiments.results import (
     SWEEP_FIELDS,
@@ -371,14 +371,18 @@ def render_powered(run: dict, then: dict | None = None) -> list[str]:
     earlier run on the same questions, also HyperProve's change since it, with its LM calls."""
     from experiments.failures import failure_counts
 
-    summaries = typed_summaries(run)
+    summaries = with_cached_calls(typed_summaries(run))
+    cached = any("cached_calls_per_question" in s for s in summaries)
     skip = run.get("config", {}).get("evaluation", {}).get("skip", 0)
     n = run.get("n_questions", summaries[0].get("n"))
     lines = [f"`{run['name']}`: dev questions {skip + 1}-{skip + n} ({n}); the program answers by itself, every other system hands "
-             "its top 5 passages to the program's final reader. EM / F1 / R@5 in %, LM calls and seconds a question:", "",
-             "| system | EM | F1 | R@5 | LM calls/q | s/q |", "|---|---:|---:|---:|---:|---:|"]
+             "its top 5 passages to the program's final reader. EM / F1 / R@5 in %, LM calls and seconds a question"
+             + (" (calls the record or the cache answered take no LM time, so s/q is not all LM time)" if cached else "") + ":", "",
+             "| system | EM | F1 | R@5 | LM calls/q | " + ("of them cached/q | " if cached else "") + "s/q |",
+             "|---|---:|---:|---:|---:|" + ("---:|" if cached else "") + "---:|"]
     lines += [f"| {s['system']} | {number(s.get('em'))} | {number(s.get('f1'))} | {number(s.get('recall@5'))} | "
-              f"{number(s.get('lm_calls_per_question'))} | {number(s.get('seconds_per_question'), '{:.1f}')} |" for s in summaries]
+              f"{number(s.get('lm_calls_per_question'))} | " + (f"{number(s.get('cached_calls_per_question'))} | " if cached else "")
+              + f"{number(s.get('seconds_per_question'), '{:.1f}')} |" for s in summaries]
     systems = run["systems"]
     peers = [name for name in systems if name not in OURS and systems[name].get("f1") is not None]
     if "hyperprove" in systems and peers:

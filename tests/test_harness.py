@@ -40,6 +40,17 @@ def test_results_table_marks_what_does_not_apply():
     assert results_table(SUMMARIES[:1]).splitlines()[2] == "| dense | 60 | 39.31 | 57.78 | 0.00412 | 4.1 |"
 
 
+def test_a_run_whose_calls_were_partly_cached_says_how_many_beside_its_seconds():
+    # 60 questions, 327 LM calls, 81 of them answered from the cache: 1.35 a question took no LM time
+    cached = [{**SUMMARIES[0], "lm_cache_hits": 0}, {**SUMMARIES[1], "lm_cache_hits": 81}]
+    lines = results_table(cached).splitlines()
+    assert lines[0] == "| system | n | R@2 | R@5 | EM | F1 | LM calls/q | of them cached/q | prompt tok/q | gen tok/q | s/q | retrieval ms/q |"
+    assert lines[3] == "| hyperprove | 60 | 51.25 | 68.33 | 5.00 | 14.17 | 5.45 | 1.35 | 4210 | 152 | 32.61 | 21.0 |"
+    assert lines[2].startswith("| dense | 60 | 39.31 | 57.78 | – | – | – | 0.00 |")
+    # none cached: no column
+    assert results_table([{**s, "lm_cache_hits": 0} for s in SUMMARIES]) == results_table(SUMMARIES)
+
+
 def test_write_results(tmp_path):
     results = {s["system"]: SystemResult(s["system"], s, [{"id": "q1", "passages": [3, 1]}]) for s in SUMMARIES}
     paths = write_results(tmp_path / "out", {"name": "musique-lm60", "description": "First 60."}, results)

@@ -389,9 +389,15 @@ def test_the_headline_run_gives_the_answer_claim_with_costs_types_and_failures(t
     (first / "predictions.json").write_text(json.dumps({"hyperprove": [{"id": f"q{k}", "f1": 0.5} for k in range(4)]}))
     then = {"name": "2wiki-lm300", "n_questions": 4, "results_dir": str(first),
             "systems": {"hyperprove": {"f1": 50.0, "lm_calls_per_question": 5.0}}}
-    final = {**run, "name": "2wiki-lm300-final"}
+    # its calls partly replayed: hyperprove's 17 calls, 9 of them from the record; ppr's 4, all from it
+    final = {**run, "name": "2wiki-lm300-final", "systems": {name: {**summary, "lm_cache_hits": {"hyperprove": 9, "ppr": 4}.get(name, 0)}
+                                                             for name, summary in run["systems"].items()}}
     lines = render_headline([then, final, other])
-    assert lines[0].startswith("`2wiki-lm300-final`: dev questions 61-64 (4)")
+    assert lines[0].startswith("`2wiki-lm300-final`: dev questions 61-64 (4)") and lines[0].endswith(
+        "(calls the record or the cache answered take no LM time, so s/q is not all LM time):")
+    assert lines[2:5] == ["| system | EM | F1 | R@5 | LM calls/q | of them cached/q | s/q |", "|---|---:|---:|---:|---:|---:|---:|",
+                          "| hyperprove | 100.00 | 100.00 | 90.00 | 4.25 | 2.25 | 14.5 |"]
+    assert lines[6] == "| ppr | 0.00 | 50.00 | 70.00 | 1.00 | 1.00 | 6.0 |"
     assert lines[lines.index("- hyperprove's F1 is 2.00 times the best peer's (ppr).") + 1] == (
         "- F1, hyperprove minus the same questions' first run (`2wiki-lm300`, before today's defaults): 50.00 → 100.00, "
         "+50.00 [+50.00, +50.00] (up on 4 questions, down on 0), better; LM calls a question 5.00 → 4.25.")
