@@ -398,8 +398,7 @@ def render_powered(run: dict, then: dict | None = None) -> list[str]:
             lines.append(f"- F1, hyperprove minus {peer}: {gap:+.2f}{told}.")
         if systems.get("hyperprove-passages", {}).get("f1") is not None and (difference := paired(run, "hyperprove", run, "hyperprove-passages", "f1")):
             position = standing(difference)
-            lines.append(f"- F1, hyperprove minus hyperprove-passages (its own top 5 through the peers' reader): {difference['mean']:+.2f} "
-                         "[{:+.2f}, {:+.2f}], {}.".format(*difference["interval95"], position))
+            lines.append(f"- F1, hyperprove minus hyperprove-passages (its own top 5 through the peers' reader): {interval_cell(difference)}, {position}.")
         best = max(peers, key=lambda name: systems[name]["f1"])
         if systems[best]["f1"]:
             lines.append(f"- hyperprove's F1 is {systems['hyperprove']['f1'] / systems[best]['f1']:.2f} times the best peer's ({best}).")

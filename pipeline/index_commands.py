@@ -279,10 +279,10 @@ def delete_from_index(deletions: str | Path, directory: str | Path, config, runt
         documents = index.info.get("documents")
         still = held_elsewhere(documents, named) if named and documents and len(removed) else None
         source_of = {p: p.source for p in still.passages} if still else {}
-        kept = [k for k in removed.tolist() if index.passages[k] in source_of]
+        kept = {k for k in removed.tolist() if index.passages[k] in source_of}
         if kept:  # a passage another document also holds was indexed once, under the one leaving: it stays, under the other
-            index.passages = [Passage(p.title, p.text, source_of[p]) if k in set(kept) else p for k, p in enumerate(index.passages)]
-            removed = np.setdiff1d(removed, kept)
+            index.passages = [Passage(p.title, p.text, source_of[p]) if k in kept else p for k, p in enumerate(index.passages)]
+            removed = np.setdiff1d(removed, sorted(kept))
             log(f"{deletions}: {len(kept)} of its passages are also in other documents: kept, under those")
         if not len(removed) and not kept:
             log(f"{directory}: nothing to delete; generation {index.generation} stays")

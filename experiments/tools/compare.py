@@ -16,9 +16,10 @@ question. `--first N` keeps the first N questions of the first side's questions 
 questions `evaluate --limit N` would answer), to pair a subset of two larger runs; `--where
 by-rule` (or `reader`) keeps the questions the first side answered by rule (or with its
 reader), `--types T ...` those of some question types. With `--costs`, first a table of what
-each side's LM calls cost a question (from each row's `lm_steps`) beside its scores: the before/after table of a cheaper answer path. Where both runs
-recorded their LM calls, a first line says how many requests they share and how many of those
-got the same reply: two options compared on the same calls share all but the ones an option changes.
+each side's LM calls cost a question (from each row's `lm_steps`) beside its scores: the
+before/after table of a cheaper answer path. Where both runs recorded their LM calls, a first
+line says how many requests they share and how many of those got the same reply: two options
+compared on the same calls share all but the ones an option changes.
 """
 
 from __future__ import annotations
