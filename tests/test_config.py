@@ -60,6 +60,30 @@ def test_every_shipped_experiment_config_loads_and_names_its_own_results_folder(
     assert sorted(kinds) == ["compile"] * 7 + ["evaluate"] * 77 + ["sweep"] * 4
 
 
+def test_each_config_with_a_committed_run_reruns_the_settings_that_run_recorded():
+    # REPORT gives `hyperprove evaluate --config experiments/configs/NAME.json` as each run's
+    # command: a default changed since must not change what that command runs, so a config pins
+    # every setting where the run's record (fields it predates read as `from_record` reads them)
+    # and today's defaults part
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "experiments"
+    runtime = {"local_model_dir", "replay", "live", "api_base", "name", "description", "out"}
+    compared = 0
+    for results in sorted((root / "results").glob("*/results.json")):
+        path = root / "configs" / f"{results.parent.name}.json"
+        if not path.is_file():
+            continue
+        recorded = {key: value for key, value in json.loads(results.read_text())["config"].items() if key != "cluster"}
+        ran, now = HyperProveConfig.from_record(recorded).to_dict(), HyperProveConfig.from_file(path).to_dict()
+        for section in ("evaluation", "retriever", "index", "lm", "program"):
+            differ = {key: (now[section].get(key), value) for key, value in ran[section].items()
+                      if key not in runtime and now[section].get(key) != value}
+            assert not differ, f"{path.name}: {section} (config, recorded run) {differ}"
+        compared += 1
+    assert compared >= 70
+
 def test_a_comma_list_of_retrievers_from_the_command_line():
     config = HyperProveConfig().with_overrides(evaluation={"retrievers": "dense, ppr", "read": None})
     assert config.evaluation.retrievers == ["dense", "ppr"] and config.evaluation.read is True
