@@ -84,6 +84,7 @@ def test_each_config_with_a_committed_run_reruns_the_settings_that_run_recorded(
         compared += 1
     assert compared >= 70
 
+
 def test_a_comma_list_of_retrievers_from_the_command_line():
     config = HyperProveConfig().with_overrides(evaluation={"retrievers": "dense, ppr", "read": None})
     assert config.evaluation.retrievers == ["dense", "ppr"] and config.evaluation.read is True
