@@ -53,6 +53,10 @@ def connect(address: str) -> None:
         raise HyperProveError(f"--ray {address}: could not join the Ray cluster ({error}); start one with `ray start --head` "
                               "or pass --ray local; a cluster that wants a token (Ray logs InvalidAuthToken) needs RAY_AUTH_MODE=token "
                               "and its token in ~/.ray/auth_token") from None
+    except Exception as error:  # Ray raises a bare Exception when a node it starts misses a start-up deadline
+        raise HyperProveError(f"--ray {address}: Ray did not come up ({error}); on a busy machine its agents can miss Ray's "
+                              "start-up deadlines (raylet.out in Ray's session logs says which): try again, or start a cluster with "
+                              "`ray start --head` and pass --ray auto") from None
 
 
 def absolute_paths(config):

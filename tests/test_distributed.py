@@ -94,14 +94,37 @@ def test_ray_workers_give_the_single_process_run_spread_over_the_endpoints_and_r
     assert {n: metrics(s) for n, s in again["retrievers"].items()} == {n: metrics(s) for n, s in on_ray["retrievers"].items()}
 
 
-def test_without_ray_the_flag_says_how_to_install_it(tmp_path, capsys, monkeypatch):
-    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
+def evaluate_on_ray_alone(capsys, tmp_path):
+    """`evaluate --ray` (a cluster started here) on the two-hop question, with the scripted LM."""
     (tmp_path / "corpus.json").write_text(json.dumps(CORPUS))
     (tmp_path / "questions.json").write_text(json.dumps(QUESTIONS))
-    code, _, err = run(capsys, "evaluate", "--questions", tmp_path / "questions.json", "--corpus", tmp_path / "corpus.json",
-                       "--retriever", "hyperprove", "--decomposition", "lm", "--embedder", "test-hash", "--cache-dir", tmp_path / "cache",
-                       "--out", tmp_path / "out", "--no-track", "--ray", "--api-base", "http://127.0.0.1:9/v1", runtime=scripted_runtime)
+    return run(capsys, "evaluate", "--questions", tmp_path / "questions.json", "--corpus", tmp_path / "corpus.json",
+               "--retriever", "hyperprove", "--decomposition", "lm", "--embedder", "test-hash", "--cache-dir", tmp_path / "cache",
+               "--out", tmp_path / "out", "--no-track", "--ray", "--api-base", "http://127.0.0.1:9/v1", runtime=scripted_runtime)
+
+
+def test_without_ray_the_flag_says_how_to_install_it(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
+    code, _, err = evaluate_on_ray_alone(capsys, tmp_path)
     assert code == 2 and one_line(err) == '--ray needs Ray, which is not installed; Ray is an optional extra: pip install -e ".[ray]"'
+
+
+def test_a_ray_node_that_misses_its_start_up_deadline_is_one_line(tmp_path, capsys, monkeypatch):
+    """Ray raises a bare Exception when the node it starts is not up in time (its agents slow on a busy machine)."""
+    class SlowRay:
+        @staticmethod
+        def is_initialized():
+            return False
+
+        @staticmethod
+        def init(**kwargs):
+            raise Exception("The current node timed out during startup.")
+
+    monkeypatch.setitem(sys.modules, "ray", SlowRay)
+    code, _, err = evaluate_on_ray_alone(capsys, tmp_path)
+    last = err.splitlines()[-1]  # after the index's progress: the workers are started once it is built
+    assert code == 2 and last.startswith("error: --ray local: Ray did not come up (The current node timed out during startup.); ")
+    assert not (tmp_path / "out").exists()
 
 
 def test_index_on_ray_gives_the_index_one_process_builds_and_resumes_from_the_extraction_cache(cluster, tmp_path, capsys):
