@@ -174,11 +174,20 @@ def asked_before(study, trial) -> int | None:
 
 def draw(study, trial) -> int:
     """The trial's seed offset: how many trials before it drew parameters of their own (all but the
-    surplus ones and the failed trials asked again). A failed trial keeps its draw and its re-ask
-    takes none, so two workers never draw with one seed (whatever fails meanwhile), and a sweep
-    resumed after a kill draws what an uninterrupted one would have."""
-    return sum(t.number < trial.number and AGAIN not in t.user_attrs and not t.user_attrs.get(SURPLUS)
-               for t in study.get_trials(deepcopy=False))
+    surplus ones, the failed trials asked again, and copies of an enqueued trial). A failed trial
+    keeps its draw and its re-ask takes none, so two workers never draw with one seed (whatever fails
+    meanwhile), and a sweep resumed after a kill draws what an uninterrupted one would have. A copy
+    (two workers enqueued the starting parameters at once) is left out from its creation, not from
+    when its worker marks it surplus: a trial that counted it until then would share a seed."""
+    enqueued, offset = set(), 0
+    for t in sorted(study.get_trials(deepcopy=False), key=lambda t: t.number):
+        if t.number >= trial.number:
+            break
+        fixed = json.dumps(t.system_attrs["fixed_params"], sort_keys=True) if "fixed_params" in t.system_attrs else None
+        copy = fixed is not None and fixed in enqueued
+        enqueued.add(fixed)
+        offset += not copy and AGAIN not in t.user_attrs and not t.user_attrs.get(SURPLUS)
+    return offset
 
 
 def fail_abandoned(study) -> list[int]:

@@ -308,6 +308,27 @@ def test_a_worker_that_loses_the_race_to_create_the_study_tables_opens_the_stora
     assert len(tries) == 1  # no race to wait out: said at once
 
 
+def test_a_copy_of_the_starting_trial_leaves_the_seeds_of_the_trials_after_it_unchanged(tmp_path):
+    """Two workers opening a new study at once both enqueue the configured parameters; the copy is
+    marked surplus only when a worker runs it, and a trial that counted it before then would draw
+    with the seed of the next."""
+    from optimize.study import SURPLUS, draw, open_study
+    from pipeline.config import SweepConfig
+
+    study = open_study(SweepConfig(storage=f"sqlite:///{tmp_path}/s.db", study="s"))
+    start = {"alpha": 0.5, "theta": 0.1, "depth": 2, "top_k": 5}
+    for _ in range(2):  # each worker's "a new study starts with the configured parameters"
+        study.enqueue_trial(start)
+    with pytest.warns(UserWarning, match="Heartbeat"):
+        first, copy, fresh = study.ask(), study.ask(), study.ask()
+        seed_offset = draw(study, fresh)  # drawn while the copy is still running
+        copy.set_user_attr(SURPLUS, True)  # its worker finds the first trial holds its parameters
+        later, last = study.ask(), study.ask()
+    assert (first.number, copy.number, fresh.number, later.number, last.number) == (0, 1, 2, 3, 4)
+    assert seed_offset == draw(study, fresh) == 1  # the starting trial counts, its copy never does
+    assert (draw(study, later), draw(study, last)) == (2, 3)  # not the fresh trial's seed again
+
+
 def test_a_resumed_sweep_asks_what_an_uninterrupted_one_asked(tmp_path):
     from optimize.study import run_trials, summary
     from pipeline.config import SweepConfig
