@@ -57,7 +57,7 @@ def config_flag(parser: argparse.ArgumentParser, flag: str, target: str, help: s
 def build_config(args: argparse.Namespace) -> HyperProveConfig:
     """The config file (if any) with the flags that were given on top (`config_flag`)."""
     path = getattr(args, "config", None)
-    base = HyperProveConfig.from_file(path) if path else HyperProveConfig()
+    base = HyperProveConfig.from_file(path, trusted=getattr(args, "trust_config", False)) if path else HyperProveConfig()
     overrides: dict[str, dict] = {name: {} for name in _SECTIONS}
     top = {}
     for target, value in vars(args).items():
@@ -146,8 +146,15 @@ def cmd_ui(args, make_runtime) -> dict:
 
 
 # --- flags -----------------------------------------------------------------------------------------------
+def _add_config_file(parser: argparse.ArgumentParser, what: str = "experiment config file (JSON); flags override it") -> None:
+    parser.add_argument("--config", help=what)
+    parser.add_argument("--trust-config", action="store_true",
+                        help="the --config file is your own: it may also name the LM endpoint, tracking store, study storage, "
+                             "an embedder folder and outputs outside this folder (a shared config may not)")
+
+
 def _add_config_flags(parser: argparse.ArgumentParser, retriever: bool = True, extractor: str | None = None) -> None:
-    parser.add_argument("--config", help="experiment config file (JSON); flags override it")
+    _add_config_file(parser)
     config_flag(parser, "--extractor", "index.extractor", "fact extractor: " + "; ".join(f"{k}: {v}" for k, v in EXTRACTORS.items()),
                 shown=extractor)
     config_flag(parser, "--embedder", "index.embedder", "embedder id (from its package)")
@@ -168,6 +175,10 @@ def _add_config_flags(parser: argparse.ArgumentParser, retriever: bool = True, e
                 "answer the LM calls from a results folder's recorded calls (lm_calls.jsonl.gz); a call not there stops the run",
                 shown="none")
     config_flag(parser, "--live", "lm.live", "with --replay, send calls the record lacks to the LM (only those an option changes are new)")
+    config_flag(parser, "--lm-timeout", "lm.timeout", "seconds an LM request may go without its reply before it has failed",
+                shown="300; serve: 120")
+    config_flag(parser, "--lm-retries", "lm.retries", "times a failed LM request is sent again",
+                shown="8 for an API model or --api-base, 2 for the embedded model; serve: 1")
     config_flag(parser, "--lm-adapter", "lm.adapter", "prompt layout: " + "; ".join(f"{k}: {v}" for k, v in ADAPTERS.items()),
                 shown="lean-prefilled on the local model, chat on an API model")
     parser.add_argument("--json", action="store_true", help="end with one JSON object")
@@ -370,7 +381,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve_lm.add_argument("--allow-remote", action="store_true", help="allow a --host other than loopback (the server has no authentication)")
     config_flag(serve_lm, "--slots", "lm.threads", "requests answered side by side (each gets its share of the context)", shown=1,
                 metavar="N")
-    serve_lm.add_argument("--config", help="experiment config file (JSON) whose lm section to use")
+    _add_config_file(serve_lm, "experiment config file (JSON) whose lm section to use")
     serve_lm.add_argument("--json", action="store_true", help="end with one JSON object")
     serve_lm.set_defaults(run=cmd_serve_lm)
 
@@ -379,7 +390,7 @@ def build_parser() -> argparse.ArgumentParser:
     ui.add_argument("--port", type=int, default=5000)
     ui.add_argument("--allow-remote", action="store_true", help="allow a --host other than loopback (the server has no authentication)")
     _add_tracking_flags(ui)
-    ui.add_argument("--config", help="experiment config file (JSON) whose tracking section to use")
+    _add_config_file(ui, "experiment config file (JSON) whose tracking section to use")
     ui.add_argument("--json", action="store_true", help="end with one JSON object")
     ui.set_defaults(run=cmd_ui)
     return parser

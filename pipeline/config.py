@@ -53,6 +53,11 @@ class LMConfig:
     local_context: int = Field(8192, ge=1024, le=131_072)  # local model: context tokens, shared by the slots
     local_cpu_threads: int = Field(0, ge=0, le=256)  # local model: compute threads (0: all cores)
     adapter: Adapter | None = None  # one of ADAPTERS; None: the model's default (`layout`)
+    # A request with no reply within `timeout` seconds has failed (None: 300); a failed request is
+    # sent again at most `retries` times (None: 8 for an API model or a served endpoint, rate limits
+    # and restarts to ride out; 2 for the embedded model in this process). Neither is in a call's key.
+    timeout: float | None = Field(None, gt=0, le=3600)
+    retries: int | None = Field(None, ge=0, le=20)
     # Local model: every request computes its whole prompt (the server's prompt cache off), so the
     # same prompt gets the same answer; about three times the seconds a question (experiments/FINDINGS.md).
     deterministic: bool = False
@@ -71,7 +76,7 @@ class LMConfig:
         return value
 
     # What a recorded config without these fields ran with (records made before they existed).
-    RECORDED_WITHOUT = {"adapter": "chat", "deterministic": False, "replay": None, "live": False}
+    RECORDED_WITHOUT = {"adapter": "chat", "deterministic": False, "replay": None, "live": False, "timeout": None, "retries": None}
 
     @property
     def layout(self) -> str:
@@ -83,6 +88,24 @@ class LMConfig:
         question on train, F1 within noise: README, "The answer path at half the cost") and
         DSPy's `chat` for any other LM, some of which refuse a begun reply."""
         return self.adapter or ("lean-prefilled" if embedded else "chat")
+
+    @property
+    def request_timeout(self) -> float:
+        return self.timeout or 300.0
+
+    @property
+    def request_retries(self) -> int:
+        """Retries of a failed request (`retries`, else the default for where the LM is)."""
+        if self.retries is not None:
+            return self.retries
+        return 2 if self.model is None and not self.api_base else 8
+
+    @property
+    def give_up_seconds(self) -> float:
+        """The longest a request can take to fail: every attempt timing out, plus the backoff
+        between them (1, 2, 4, ... seconds, at most 60 each)."""
+        retries = self.request_retries
+        return (retries + 1) * self.request_timeout + sum(min(2 ** k, 60) for k in range(retries))
 
     @property
     def endpoints(self) -> list[str]:
@@ -355,11 +378,18 @@ class HyperProveConfig:
         return cls.from_dict(values, source)
 
     @classmethod
-    def from_file(cls, path: str | Path) -> "HyperProveConfig":
+    def from_file(cls, path: str | Path, trusted: bool = False) -> "HyperProveConfig":
+        """A config file, read as someone else's unless `trusted`: it may not choose where requests
+        go or write outside the working folder (`pipeline.sharing`)."""
+        from pipeline.sharing import check_shared
+
         values = read_json(path, "config")
         if not isinstance(values, dict):
             raise HyperProveError(f"{path}: a config file holds one JSON object")
-        return cls.from_dict(values, source=str(path))
+        config = cls.from_dict(values, source=str(path))
+        if not trusted:
+            check_shared(values, cls().to_dict(), str(path))
+        return config
 
     def with_overrides(self, source: str = "the command line", **overrides) -> "HyperProveConfig":
         """A copy with the given (non-None) fields replaced, e.g. from command-line flags.

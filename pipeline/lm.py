@@ -15,7 +15,9 @@ DSPy leaves `api_base` out of its cache key, so the server's random port does no
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+from typing import Callable
 
 import dspy
 from dspy.utils.exceptions import (
@@ -54,17 +56,18 @@ def configure_lm_cache(cache_dir: str | Path, replay=None, live: bool = False) -
 # merits (too long a prompt) stays that question's failure.
 LM_UNAVAILABLE = (LMTransportError, LMServerError, LMTimeoutError, LMRateLimitError, LMAuthError, LMBillingError, LMConfigurationError)
 
-# Retries of a failed request, with LiteLLM's exponential backoff. An API model gets 8 (about a
-# minute in all), enough to ride out the rate limits that 8 requests in flight meet (DSPy's own
-# reasoning in its PR #1753); the embedded server in this process has no rate limit, and 2 cover a
-# hiccup; served by another process (`api_base`), it gets the API's 8, enough to ride out a restart.
-API_RETRIES, LOCAL_RETRIES = 8, 2
+# Retries of a failed request (`LMConfig.request_retries`), with exponential backoff. An API model gets 8
+# (an unreachable one fails after about 3 minutes), enough to ride out the rate limits that 8
+# requests in flight meet (DSPy's own reasoning in its PR #1753); the embedded server in this
+# process has no rate limit, and 2 cover a hiccup; served by another process (`api_base`), it gets
+# the API's 8, enough to ride out a restart. Each attempt waits at most `LMConfig.timeout`.
 NO_SERVER = "http://127.0.0.1:9"  # the discard port: a request sent there fails at once
 
 
 def make_lm(config: LMConfig, profile: LMProfile | None = None):
     """A `dspy.LM` for the configured model; starts the embedded server when no model is given."""
-    common = dict(temperature=config.temperature, max_tokens=config.max_tokens, callbacks=[profile] if profile is not None else [])
+    common = dict(temperature=config.temperature, max_tokens=config.max_tokens, callbacks=[profile] if profile is not None else [],
+                  num_retries=config.request_retries, timeout=config.request_timeout)
     if config.model is None:
         # The embedded model, in this process or served by another (`hyperprove serve-lm`, at
         # `api_base`): the same model name and settings, so the same requests and cache keys.
@@ -74,12 +77,33 @@ def make_lm(config: LMConfig, profile: LMProfile | None = None):
         else:
             api_base = f"{NO_SERVER if config.replay and not config.live else LocalServer.get(config).address}/v1"
         fresh = {"extra_body": {"cache_prompt": False}} if config.deterministic else {}  # part of the LM cache key too
-        return dspy.LM(f"openai/{LOCAL_MODEL_NAME}", api_base=api_base, api_key="local",
-                       num_retries=API_RETRIES if config.api_base else LOCAL_RETRIES, **common, **fresh)
+        return dspy.LM(f"openai/{LOCAL_MODEL_NAME}", api_base=api_base, api_key="local", **common, **fresh)
     if "/" not in config.model:
         raise HyperProveError(f"--lm {config.model!r}: expected a LiteLLM id such as openai/gpt-4o-mini")
     extra = {"api_base": config.endpoints[0]} if config.api_base else {}
-    return dspy.LM(config.model, num_retries=API_RETRIES, **common, **extra)
+    return dspy.LM(config.model, **common, **extra)
+
+
+def lm_whereabouts(config) -> str:
+    """One line saying which LM a run asks and where its requests go, printed once per run, so that
+    no setting sends them somewhere unseen."""
+    lm = config.lm
+    if lm.replay and not lm.live:
+        return f"LM: none; every call is answered from the recorded calls of {lm.replay}"
+    where = (f"at {lm.endpoints[0]}" if lm.api_base else "in this process (the embedded model)" if lm.model is None
+             else f"at {provider_of(lm.model)}'s own endpoint")
+    return (f"LM: {lm.id} {where}; a request gets {lm.request_timeout:g} s and {lm.request_retries} retries"
+            + (f"; calls the record of {lm.replay} holds are answered from it" if lm.replay else ""))
+
+
+def provider_of(model: str) -> str:
+    """The provider a LiteLLM id names ("openai/gpt-4o-mini" -> "openai")."""
+    try:
+        import litellm
+
+        return litellm.get_llm_provider(model)[1]
+    except Exception:  # noqa: BLE001 - an id LiteLLM does not know is named by its prefix
+        return model.split("/", 1)[0]
 
 
 def uses_cache(lm) -> bool:
@@ -92,7 +116,7 @@ class LMSession:
     from a replayed record), the `LMProfile` and the `CallRecord` of its calls; made the global
     DSPy LM, since the program's predictors read it from there."""
 
-    def __init__(self, config, lm=None):
+    def __init__(self, config, lm=None, log: Callable[[str], None] = lambda line: print(line, file=sys.stderr)):
         from pipeline.lm_record import CallRecord, read_record
 
         replay = read_record(config.lm.replay) if config.lm.replay else None
@@ -100,6 +124,7 @@ class LMSession:
         if lm is None:
             self.id = config.lm.id
             self.lm = make_lm(config.lm, self.profile)
+            log(lm_whereabouts(config))
         else:
             self.id = str(getattr(lm, "model", type(lm).__name__))
             self.lm = lm

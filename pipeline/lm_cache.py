@@ -130,9 +130,18 @@ class ResponseStore:
             return self._db.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
 
 
+# Connection settings that shape no reply, besides those DSPy leaves out of its key (API key and
+# endpoint): the request timeout, so that choosing one keeps every cached and recorded call's key.
+UNKEYED = ("timeout",)
+
+
+def unkeyed(ignored_args_for_cache_key: list[str] | None) -> list[str]:
+    return [*(ignored_args_for_cache_key or []), *UNKEYED]
+
+
 def request_data(request: dict[str, Any], ignored_args_for_cache_key: list[str] | None = None) -> dict:
-    """The request as the cache keys it (without the API key and endpoint), as plain JSON data."""
-    params = {k: v for k, v in request.items() if k not in (ignored_args_for_cache_key or [])}
+    """The request as the cache keys it (without the API key, endpoint and timeout), as plain JSON data."""
+    params = {k: v for k, v in request.items() if k not in unkeyed(ignored_args_for_cache_key)}
     return json.loads(json.dumps(params, ensure_ascii=False, default=str))
 
 
@@ -151,6 +160,10 @@ class JSONCache(Cache):
 
     def __contains__(self, key: str) -> bool:
         return key in self.memory_cache or key in self.store
+
+    def cache_key(self, request: dict[str, Any], ignored_args_for_cache_key: list[str] | None = None) -> str:
+        """DSPy's key, without the connection settings that shape no reply (`UNKEYED`)."""
+        return super().cache_key(request, unkeyed(ignored_args_for_cache_key))
 
     def get(self, request: dict[str, Any], ignored_args_for_cache_key: list[str] | None = None) -> Any:
         try:

@@ -8,9 +8,16 @@ it is answered.
 
 Questions wait their turn in arrival order for one of `lm.concurrency` places (1 with the local
 model, whose one server slot would only interleave two questions' calls; 8 with an API model),
-and run in threads beside the event loop. A question the program cannot answer well still
-returns its fallbacks as any answer does; an LM that is gone is a 503 and bad input a 4xx, each
-with a one-line JSON error, never a traceback.
+and run in threads beside the event loop; a question whose client has gone while it waited is
+dropped. A question the program cannot answer well still returns its fallbacks as any answer
+does; an LM that is gone is a 503 and bad input a 4xx, each with a one-line JSON error, never a
+traceback.
+
+The server answers only its own page: a request whose `Host` is not a name of this server
+(DNS rebinding), that comes from another site's page (`Origin`, `Sec-Fetch-Site`), or that posts
+anything but JSON (a "simple" cross-site form post) is refused before any work, and a body over
+`MAX_BODY` bytes before it is read. The page loads no script from elsewhere, and there is no
+`/docs` (whose JavaScript would come from a CDN).
 """
 
 from __future__ import annotations
@@ -19,15 +26,22 @@ import asyncio
 import json
 import logging
 import threading
-from typing import Callable
+from typing import Awaitable, Callable, Collection
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
+from starlette.datastructures import Headers
 
 from modules.errors import HyperProveError
+from pipeline.serving import is_loopback
 
 MAX_QUESTION = 2000  # characters: a question, not a document
+MAX_BODY = 16_384  # bytes of a POST body: a question of MAX_QUESTION characters, escaped, fits
 log = logging.getLogger("hyperprove.serve")
+# A person waits on each question: an LM request gets SERVE_TIMEOUT seconds and SERVE_RETRIES
+# retries unless the config says otherwise, so a hung LM is a 503 within about 4 minutes.
+SERVE_TIMEOUT, SERVE_RETRIES = 120.0, 1
+STOP_SECONDS = 3  # a stop waits this long for open connections, then closes them
 
 
 def error(status: int, message: str) -> JSONResponse:
@@ -42,7 +56,79 @@ def question_problem(value) -> tuple[int, str] | None:
         return 422, '"question" is empty'
     if len(value) > MAX_QUESTION:
         return 413, f'"question" is {len(value)} characters long; at most {MAX_QUESTION}'
+    if problem := text_problem(value):
+        return 422, f'"question" {problem}'
     return None
+
+
+def text_problem(value: str) -> str | None:
+    """What makes a string no text (a lone surrogate, from JSON's "\\ud800" or bytes that are not
+    UTF-8), or None."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as bad:
+        return f"holds {value[bad.start]!r} at character {bad.start}, which is not text (a lone surrogate or a byte that is not UTF-8)"
+    return None
+
+
+def host_name(host: str) -> str:
+    """A `Host` header's name: "127.0.0.1:8000" -> "127.0.0.1", "[::1]:8000" -> "::1"."""
+    if host.startswith("["):
+        return host[1:host.find("]")] if "]" in host else host
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+def origin_problem(headers, hosts: Collection[str] | None) -> str | None:
+    """Why a request is not from this server's own page or a client of its own (None: it is):
+    a `Host` that is neither a loopback name nor one of `hosts` (None: any host), or another
+    site's page sending it."""
+    host = headers.get("host", "")
+    name = host_name(host)
+    if hosts is not None and not is_loopback(name) and name.lower() not in hosts:
+        return f"Host {host!r} is not a name of this server"
+    if (origin := headers.get("origin")) is not None and origin != f"http://{host}":
+        return f"a request from the page of {origin!r}, not this server's own"
+    if headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none"):
+        return "a request from another site's page"
+    return None
+
+
+class OwnPageOnly:
+    """ASGI middleware: a request `origin_problem` refuses is a 403 before any route sees it."""
+
+    def __init__(self, app, hosts: Collection[str] | None):
+        self.app, self.hosts = app, hosts
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and (problem := origin_problem(Headers(scope=scope), self.hosts)):
+            await error(403, problem)(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+async def read_json_body(request: Request) -> tuple[object, JSONResponse | None]:
+    """The JSON body of a POST, or the one-line error that refuses it: a type other than JSON, a
+    body over `MAX_BODY` bytes (refused before it is read, or as soon as it passes the cap), JSON
+    that does not parse or nests too deeply."""
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind != "application/json":
+        return None, error(415, f"the body must be application/json, not {kind or 'untyped'}")
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > MAX_BODY:
+        return None, error(413, f"the body is {int(length)} bytes; at most {MAX_BODY}")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY:
+            return None, error(413, f"the body is over {MAX_BODY} bytes")
+    try:
+        return json.loads(bytes(body)), None
+    except UnicodeDecodeError:
+        return None, error(400, "the body is not UTF-8 text")
+    except ValueError:
+        return None, error(400, "the body is not JSON")
+    except RecursionError:
+        return None, error(400, "the body's JSON is nested too deeply")
 
 
 def failure(exception: BaseException) -> tuple[int, str]:
@@ -57,61 +143,104 @@ def failure(exception: BaseException) -> tuple[int, str]:
     return 500, f"the question could not be answered: {type(exception).__name__}"
 
 
+class Gone(Exception):
+    """The client of a waiting question went away: it is dropped, not answered."""
+
+
 class Turns:
     """Places to answer a question, taken in arrival order (asyncio's semaphore is first come,
-    first served), each question in a thread of its own; a place is given back when the
-    question's thread ends, even if its client has gone."""
+    first served), each question in a daemon thread of its own (a stop never waits for an LM
+    call); a place is given back when the question's thread ends, even if its client has gone."""
 
     def __init__(self, places: int):
-        from concurrent.futures import ThreadPoolExecutor
-
         self.places, self.free = places, asyncio.Semaphore(places)
-        self.threads = ThreadPoolExecutor(max_workers=places, thread_name_prefix="question")
-        self.waiting = self.answering = 0
+        self.waiting = self.answering = self.dropped = 0
 
-    async def run(self, work: Callable[[], dict], queued: Callable[[int], None] = lambda ahead: None) -> asyncio.Future:
-        """`work` in a thread once a place is free (`queued(ahead)` first, when none is)."""
+    async def run(self, work: Callable[[], dict], queued: Callable[[int], None] = lambda ahead: None,
+                  gone: Callable[[], Awaitable[object]] | None = None) -> asyncio.Future:
+        """`work` in a thread once a place is free (`queued(ahead)` first, when none is); `Gone`
+        when `gone()` returns first (its client disconnected while it waited)."""
         if self.answering >= self.places:
             queued(self.waiting)
         self.waiting += 1
         try:
-            await self.free.acquire()
+            await self.place(gone)
         finally:
             self.waiting -= 1
         self.answering += 1
-        done = asyncio.get_running_loop().run_in_executor(self.threads, work)
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
 
-        def give_back(_):
-            self.answering -= 1
-            self.free.release()
+        def settle(result=None, exception: BaseException | None = None) -> None:  # in the event loop
+            self.give_back()
+            if not done.cancelled():
+                done.set_exception(exception) if exception is not None else done.set_result(result)
 
-        done.add_done_callback(give_back)
+        def answer() -> None:
+            try:
+                result = work()
+            except BaseException as exception:  # noqa: BLE001 - handed to the request, which says it in one line
+                loop.call_soon_threadsafe(settle, None, exception)
+            else:
+                loop.call_soon_threadsafe(settle, result)
+
+        threading.Thread(target=answer, name="question", daemon=True).start()
         return done
 
+    async def place(self, gone: Callable[[], Awaitable[object]] | None) -> None:
+        """Wait for a free place, or raise `Gone` when `gone()` returns first."""
+        if gone is None:
+            await self.free.acquire()
+            return
+        taking, leaving = asyncio.ensure_future(self.free.acquire()), asyncio.ensure_future(gone())
+        await asyncio.wait({taking, leaving}, return_when=asyncio.FIRST_COMPLETED)
+        if not leaving.done():
+            leaving.cancel()
+            return
+        if taking.done():
+            self.free.release()  # it got the place as its client left: the next question takes it
+        else:
+            taking.cancel()
+        self.dropped += 1
+        raise Gone
 
-def make_app(asker, places: int, title: str = "HyperProve"):
-    """The FastAPI app over an `Asker` (an index and a program, loaded once)."""
+    def give_back(self) -> None:
+        self.answering -= 1
+        self.free.release()
+
+
+async def disconnected(request: Request) -> None:
+    """Returns when the client of a request whose body has been read disconnects."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+def make_app(asker, places: int, title: str = "HyperProve", hosts: Collection[str] | None = ()):
+    """The FastAPI app over an `Asker` (an index and a program, loaded once), answering requests
+    whose `Host` is a loopback name or address or one of `hosts` (None: any host)."""
     from pipeline.pages import chain_parts, chain_view, live_page
 
-    app = FastAPI(title=title)
-    turns = Turns(places)
+    app = FastAPI(title=title, docs_url=None, redoc_url=None)
+    app.add_middleware(OwnPageOnly, hosts=None if hosts is None else {name.lower() for name in hosts})
+    turns = app.state.turns = Turns(places)
 
     def answered(question: str, listener=None) -> dict:
         return asker(question, listener)[0]
 
     @app.post("/ask")
     async def ask(request: Request):
-        try:
-            body = await request.json()
-        except ValueError:
-            return error(400, "the body is not JSON")
+        body, refused = await read_json_body(request)
+        if refused is not None:
+            return refused
         if not isinstance(body, dict) or "question" not in body:
             return error(422, 'expected a JSON object with "question"')
         if problem := question_problem(question := body["question"]):
             return error(*problem)
         question = question.strip()
         try:
-            return await (await turns.run(lambda: answered(question)))
+            return await (await turns.run(lambda: answered(question), gone=lambda: disconnected(request)))
+        except Gone:
+            return error(499, "the client went away before its turn; not answered")
         except Exception as exception:  # noqa: BLE001 - every failure is one line, never a traceback
             return error(*failure(exception))
 
@@ -182,9 +311,14 @@ def serve(config, index_directory: str, host: str = "127.0.0.1", port: int = 800
     from pipeline.serving import check_host, wait_until_stopped
 
     check_host(host, allow_remote, "questions over this index")
+    config = config.with_overrides(lm={"timeout": config.lm.timeout or SERVE_TIMEOUT,
+                                       "retries": SERVE_RETRIES if config.lm.retries is None else config.lm.retries})
     asker = Asker(config, index_directory, runtime)
     places = config.lm.concurrency
-    server = uvicorn.Server(uvicorn.Config(make_app(asker, places), host=host, port=port, log_level="warning"))
+    # Host names the server answers to, besides loopback ones: the address it was bound to (any, bound to every interface)
+    hosts = () if is_loopback(host) else None if host in ("0.0.0.0", "::", "") else (host,)
+    server = uvicorn.Server(uvicorn.Config(make_app(asker, places, hosts=hosts), host=host, port=port, log_level="warning",
+                                           timeout_graceful_shutdown=STOP_SECONDS))
     server.install_signal_handlers = lambda: None  # the main thread waits for the stop signals itself
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -193,10 +327,11 @@ def serve(config, index_directory: str, host: str = "127.0.0.1", port: int = 800
     if not server.started:
         raise HyperProveError(f"could not serve on {host}:{port} (is the port free?)")
     url = f"http://{host}:{port}/"
-    log(f"serving {index_directory} at {url} ({places} question(s) at a time; POST {url}ask, GET {url}health; Ctrl-C stops it)")
+    log(f"serving {index_directory} at {url} ({places} question(s) at a time; POST {url}ask, GET {url}health; "
+        f"an LM that does not answer is a 503 within {config.lm.give_up_seconds:.0f} s; Ctrl-C stops it)")
     how = wait_until_stopped(stop)
-    server.should_exit = True
-    thread.join(10)
+    server.should_exit = True  # questions still answering are left to their daemon threads, which end with the process
+    thread.join(STOP_SECONDS + 5)
     traced = asker.runtime.traces.close() if asker.runtime.traces_started else 0
     log(f"serve stopped ({how})" + (f"; {traced} questions traced in MLflow experiment {config.tracking.experiment!r}" if traced else ""))
     return {"url": url, "index": str(index_directory)}

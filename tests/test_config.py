@@ -15,7 +15,7 @@ def test_round_trip_and_overrides(tmp_path):
     assert config.lm.id == "openai/gpt-4o-mini" and config.program.max_hops == 3 and config.cache_dir == "/tmp/c"
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config.to_dict()))
-    assert HyperProveConfig.from_file(path) == config
+    assert HyperProveConfig.from_file(path, trusted=True) == config
 
 
 @pytest.mark.parametrize("values, message", [

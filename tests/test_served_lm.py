@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-import pipeline.lm
 from pipeline.config import LOCAL_MODEL_ID, LOCAL_MODEL_NAME, LMConfig
 from pipeline.lm import make_lm
 from pipeline.runtime import Runtime
@@ -44,13 +43,13 @@ def served(config):
     return Runtime(config, embedder=HashEmbedder())  # no LM handed in: the configured one, at --api-base
 
 
-def evaluate(capsys, tmp_path, api_base, out, cache):
+def evaluate(capsys, tmp_path, api_base, out, cache, *extra):
     (tmp_path / "corpus.json").write_text(json.dumps(CORPUS))
     (tmp_path / "questions.json").write_text(json.dumps(MANY))
     return run(capsys, "evaluate", "--questions", tmp_path / "questions.json", "--corpus", tmp_path / "corpus.json",
                "--retriever", "hyperprove", "--decomposition", "lm", "--embedder", "test-hash", "--out", tmp_path / out,
                "--no-track", "--bridge-rewrite", "lm", "--lm-adapter", "chat", "--api-base", api_base, "--cache-dir", tmp_path / cache,
-               "--json", runtime=served)
+               "--json", *extra, runtime=served)
 
 
 class ReplayServer:
@@ -77,7 +76,7 @@ class ReplayServer:
         self.process.wait()
 
 
-def test_a_run_against_an_endpoint_in_another_process_gets_the_same_answers_and_survives_it_going(tmp_path, capsys, monkeypatch):
+def test_a_run_against_an_endpoint_in_another_process_gets_the_same_answers_and_survives_it_going(tmp_path, capsys):
     scripted = ScriptedEndpoint(two_hop_script(final_answer="2017"))
     code, out, err = evaluate(capsys, tmp_path, scripted.address, "first", "cache-first")
     scripted.server.shutdown()
@@ -101,11 +100,10 @@ def test_a_run_against_an_endpoint_in_another_process_gets_the_same_answers_and_
 
     # The endpoint goes away mid-run: after its retries the run stops with one line, and the same
     # command against an endpoint that is back asks only what was not answered before.
-    monkeypatch.setattr(pipeline.lm, "API_RETRIES", 1)
     server = ReplayServer(tmp_path / "first", delay=0.2)
     killer = threading.Timer(2.0, server.stop)
     killer.start()
-    code, _, err = evaluate(capsys, tmp_path, server.address, "third", "cache-third")
+    code, _, err = evaluate(capsys, tmp_path, server.address, "third", "cache-third", "--lm-retries", 1)
     killer.join()
     line = one_line(err[err.rindex("error: "):])  # after the progress bar it cut short
     assert code == 2 and line.startswith("the LM failed (LMTransportError)") and line.endswith("the same command resumes")

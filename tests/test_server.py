@@ -24,6 +24,7 @@ ANSWERS = {
     "[[ ## question ## ]]\nWho was the mother of Steven Spielberg?\n": {"answer": "Leah Adler", "supporting": [1]},
     f"[[ ## question ## ]]\n{QUESTION}": {"answer": "Leah Adler"},
 }
+LOCAL = "http://127.0.0.1:8000"  # the Host the server answers to (a loopback name)
 CONFIG = HyperProveConfig().with_overrides(index={"embedder": "test-hash"}, tracking={"enabled": False, "traces": False})
 
 
@@ -51,7 +52,7 @@ def asker_for(index_dir, answers=ANSWERS, lm=None):
 
 @pytest.fixture(scope="module")
 def client(index_dir):
-    return TestClient(make_app(asker_for(index_dir), places=1))
+    return TestClient(make_app(asker_for(index_dir), places=1), base_url=LOCAL)
 
 
 def test_ask_returns_the_answer_its_chain_and_where_its_passages_came_from(client):
@@ -107,7 +108,7 @@ def test_fifty_questions_at_once_are_all_answered_one_at_a_time(index_dir):
 
     async def fifty():
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=120) as http:
+        async with httpx.AsyncClient(transport=transport, base_url=LOCAL, timeout=120) as http:
             responses = await asyncio.gather(*(http.post("/ask", json={"question": QUESTION}) for _ in range(50)))
             health = (await http.get("/health")).json()
         return responses, health
@@ -142,7 +143,7 @@ def test_questions_answered_at_once_each_get_their_own_lm_bill(index_dir):
 
     async def four():
         transport = httpx.ASGITransport(app=make_app(asker, places=4))
-        async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=120) as http:
+        async with httpx.AsyncClient(transport=transport, base_url=LOCAL, timeout=120) as http:
             return await asyncio.gather(*(http.post("/ask", json={"question": QUESTION}) for _ in range(4)))
 
     records = [response.json() for response in asyncio.run(four())]
@@ -177,7 +178,7 @@ def test_the_stream_sends_the_plan_each_hop_then_the_chain(client):
 
 
 def test_a_question_the_lm_cannot_parse_still_answers_with_its_fallbacks(index_dir):
-    client = TestClient(make_app(asker_for(index_dir, answers={"": {"nothing": "useful"}}), places=1))
+    client = TestClient(make_app(asker_for(index_dir, answers={"": {"nothing": "useful"}}), places=1), base_url=LOCAL)
     response = client.post("/ask", json={"question": QUESTION})
     assert response.status_code == 200
     assert response.json()["fallbacks"] and isinstance(response.json()["answer"], str)
@@ -191,7 +192,7 @@ def test_an_lm_that_is_gone_is_a_503_with_one_line(index_dir):
         def forward(self, *args, **kwargs):
             raise LMTransportError("connection refused")
 
-    client = TestClient(make_app(asker_for(index_dir, lm=GoneLM({})), places=1))
+    client = TestClient(make_app(asker_for(index_dir, lm=GoneLM({})), places=1), base_url=LOCAL)
     response = client.post("/ask", json={"question": QUESTION})
     assert response.status_code == 503
     assert response.json() == {"error": "the LM could not be reached: LMTransportError: connection refused"}
