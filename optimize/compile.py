@@ -32,6 +32,11 @@ Grade = Callable[[dspy.Example, dspy.Prediction], tuple[float, str]]
 
 
 # --- training examples -----------------------------------------------------------------------------
+def is_program_file(data) -> bool:
+    """A program file DSPy wrote (an earlier compile, which a compile may replace): its state, with DSPy's metadata."""
+    return isinstance(data, dict) and isinstance(data.get("metadata"), dict) and "dependency_versions" in data["metadata"]
+
+
 def decomposition_examples(questions: Sequence[Question]) -> list[dspy.Example]:
     """question -> the gold sub-questions, "#k" kept (the field names of `Decompose`)."""
     return [
@@ -246,7 +251,7 @@ def run_compile(config, runtime=None, log: Callable[[str], None] = print) -> dic
     from experiments.harness import timestamp
     from optimize.tracking import active_run_id, tracked_run
     from pipeline.corpus import load_corpus
-    from pipeline.files import atomic_write_json, sha256_file
+    from pipeline.files import atomic_write_json, check_own_file, sha256_file
     from pipeline.index_store import cached_index
     from pipeline.lm import make_lm
     from pipeline.program import program_for
@@ -258,8 +263,7 @@ def run_compile(config, runtime=None, log: Callable[[str], None] = print) -> dic
     if not settings.questions or not settings.corpus:
         raise HyperProveError("compile: give --questions and --corpus (or a --config with compile.questions and compile.corpus)")
     out = Path(settings.out or Path(".hyperprove") / "programs" / f"{settings.target}-{settings.optimizer}-{timestamp()}.json")
-    if out.is_dir():
-        raise HyperProveError(f"--out {out}: is a folder; name the program file to write")
+    check_own_file(out, is_program_file, "a compiled program", "--out")
     passages = load_corpus(settings.corpus)
     questions = load_questions(settings.questions, passages)
     if settings.target != "program" and not any(q.decomposition for q in questions):

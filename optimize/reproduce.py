@@ -26,6 +26,7 @@ from pathlib import Path
 
 from modules.errors import HyperProveError
 from pipeline.config import HyperProveConfig, TrackingConfig
+from pipeline.sharing import why_refused
 
 TIMING = ("seconds_per_question", "retrieval_ms_per_question")  # wall-clock: reported, never compared
 # what the LM work cost: a rerun answered from the cache spends no tokens, so reported, never compared
@@ -144,6 +145,9 @@ def rerun_config(recorded: dict, label: str, tracking: TrackingConfig, out: str,
         if named and (replay is None or live):
             raise HyperProveError(f"{label} names {named}; reproducing it would send every question (and your API key) "
                                   "there: check the record, then pass --trust-record")
+        if reason := why_refused("index.embedder", config.index.embedder):
+            raise HyperProveError(f"{label}: its embedder {config.index.embedder!r} {reason}; reproducing it would load that "
+                                  "folder as a model: check the record, then pass --trust-record")
         values = config.to_dict()  # (`with_overrides` keeps a field it is given None for)
         values["lm"].update(local_model_dir=local.lm.local_model_dir, **({"api_base": None} if named else {}))
         config = HyperProveConfig.from_dict({**values, "cache_dir": local.cache_dir}, source=label)

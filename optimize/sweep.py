@@ -24,6 +24,11 @@ from pipeline.config import HyperProveConfig, SweepConfig
 SUMMARY_FILES = ("sweep.json", "history.png", "importances.png", "parallel_coordinates.png")
 
 
+def is_best_config(data) -> bool:
+    """An earlier sweep's best config, which a sweep may replace: a config's retriever and index sections."""
+    return isinstance(data, dict) and set(data) == {"retriever", "index"} and all(isinstance(v, dict) for v in data.values())
+
+
 def compare(sweep: SweepConfig, score_chunk: Callable[[dict, Sequence], list[dict]], start: dict, best: dict, questions: Sequence) -> dict:
     """The configured and the best parameters on one question set: each one's objective and
     tie-break (percent, as a trial computes them) and their paired difference on the objective."""
@@ -64,7 +69,7 @@ def run_sweep(config: HyperProveConfig, runtime=None, log: Callable[[str], None]
     from optimize import study as studies
     from optimize.tracking import active_run_id, metric_name, tracked_run, worker_tags
     from pipeline.corpus import load_corpus
-    from pipeline.files import atomic_directory, atomic_write_json, check_replaceable
+    from pipeline.files import atomic_directory, atomic_write_json, check_own_file, check_replaceable
     from pipeline.index_store import cached_index
     from pipeline.program import program_for
     from pipeline.provenance import git_state
@@ -80,8 +85,7 @@ def run_sweep(config: HyperProveConfig, runtime=None, log: Callable[[str], None]
     out = Path(run.out or Path(".hyperprove") / "sweeps" / f"{sweep.study}-{timestamp()}")
     best_out = Path(sweep.best_out or Path(".hyperprove") / "sweeps" / f"{sweep.study}-best.json")
     best_inside = best_out.resolve().parent == out.resolve()  # then it is part of the summary folder
-    if best_out.is_dir():
-        raise HyperProveError(f"--best-out {best_out}: is a folder; name the config file to write")
+    check_own_file(best_out, is_best_config, "a sweep's best config", "--best-out")
     check_replaceable(out, {*SUMMARY_FILES, *([best_out.name] if best_inside else [])} if (out / "sweep.json").is_file() else None,
                       "a sweep summary")
     if with_lm:

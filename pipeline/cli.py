@@ -260,6 +260,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_flags(index, retriever=False)
     config_flag(index, "--passage-words", "index.passage_words", "a folder's documents: words a passage holds at most (an index keeps the split it was built with)")
     config_flag(index, "--passage-overlap", "index.passage_overlap", "a folder's documents: words repeated where a paragraph is cut")
+    config_flag(index, "--follow-links", "index.follow_links", "a folder: read the files and folders its links point to, "
+                "wherever they are (a link back into a folder being read is a loop, skipped)")
+    config_flag(index, "--max-file-mb", "index.max_file_mb", "a folder: skip a file larger than this, with one line")
+    config_flag(index, "--max-pdf-pages", "index.max_pdf_pages", "a folder: skip a PDF of more pages than this")
+    config_flag(index, "--max-pdf-text-mb", "index.max_pdf_text_mb", "a folder: skip a PDF whose pages hold more MB of content to read")
     _add_cluster_flags(index, "LM extraction (lm, lm-entities)")
     index.set_defaults(run=cmd_index)
 

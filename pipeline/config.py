@@ -189,6 +189,12 @@ class IndexConfig:
     # 44-80 words at the median, few over 120), and the words repeated where a paragraph is cut
     passage_words: int = Field(120, ge=10, le=10_000)
     passage_overlap: int = Field(20, ge=0, le=1000)
+    # what a folder lets in: links (by default a folder is read only through its own files), and
+    # budgets a file must keep to, or be skipped with one line
+    follow_links: bool = False
+    max_file_mb: float = Field(64, gt=0, le=10**6)
+    max_pdf_pages: int = Field(2000, ge=1, le=10**7)
+    max_pdf_text_mb: float = Field(32, gt=0, le=10**6)  # MB of page content a PDF may hold to interpret
 
     # The fields that shape the index (batch_size only paces the embedder): what the index cache is
     # keyed on, and what an index loaded for a run must have been built with.

@@ -36,12 +36,19 @@ def json_field(path: Path, position, item, name: str, kind: type | tuple, requir
     return value
 
 
-def check_text(path: Path, position, name: str, text: str) -> None:
+def text_problem(value: str) -> str | None:
+    """What makes a string no text (a lone surrogate, from JSON's "\\ud800" or bytes that are not
+    UTF-8), or None."""
     try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as error:
-        raise HyperProveError(f'{path}: item {position}: field "{name}" holds {text[error.start]!r} at character {error.start}, '
-                              "a lone surrogate, which is not text") from None
+        value.encode("utf-8")
+    except UnicodeEncodeError as bad:
+        return f"holds {value[bad.start]!r} at character {bad.start}, which is not text (a lone surrogate or a byte that is not UTF-8)"
+    return None
+
+
+def check_text(path: Path, position, name: str, text: str) -> None:
+    if problem := text_problem(text):
+        raise HyperProveError(f'{path}: item {position}: field "{name}" {problem}')
 
 
 def corpus_passage(path: Path, position, item) -> Passage:

@@ -12,8 +12,10 @@ keep their ids (`pipeline.index_commands.folder_update`).
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -60,8 +62,35 @@ class FolderCorpus:
     def summary(self) -> str:
         others = ", ".join(f"{n} {suffix or 'without a suffix'}" for suffix, n in sorted(self.other_kinds.items()))
         return (f"{self.root}: {len(self.files)} files, {len(self.passages)} passages"
-                + (f"; {len(self.skipped)} skipped (unreadable, empty or repeated)" if self.skipped else "")
+                + (f"; {len(self.skipped)} left out (each named above)" if self.skipped else "")
                 + (f"; not documents, left alone: {others}" if others else ""))
+
+
+@dataclass(frozen=True)
+class Reading:
+    """How a folder is read: the split, whether links are followed, and the budgets a file must
+    keep to. An index keeps it (`record`), so that a later `--add` reads its folder the same way."""
+
+    words: int = 120  # a passage holds at most this many words
+    overlap: int = 20  # words repeated where a paragraph is cut
+    follow_links: bool = False  # read what a link inside the folder points to
+    max_file_mb: float = 64  # a file larger than this is skipped
+    max_pdf_pages: int = 2000
+    max_pdf_text_mb: float = 32  # MB of page content a PDF may hold to interpret
+
+    @classmethod
+    def of(cls, index) -> "Reading":
+        """The reading an `IndexConfig` asks for."""
+        return cls(index.passage_words, index.passage_overlap, index.follow_links, index.max_file_mb, index.max_pdf_pages,
+                   index.max_pdf_text_mb)
+
+    @classmethod
+    def recorded(cls, documents: dict) -> "Reading":
+        """The reading an index's documents record holds (an older record: today's defaults beyond the split)."""
+        return cls(**{name: documents[name] for name in cls.__dataclass_fields__ if name in documents})
+
+    def record(self) -> dict:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
 
 
 # ---------------------------------------------------------------- splitting
@@ -154,14 +183,63 @@ def humanised(stem: str) -> str:
     return " ".join(re.split(r"[_\-\s]+", stem)).strip() or stem
 
 
+BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF8, "utf-8-sig"),
+        (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))  # UTF-32 LE's mark begins with UTF-16 LE's
+CONTROL = dict.fromkeys([*range(0x00, 0x09), 0x0B, *range(0x0E, 0x20), 0x7F, *range(0x80, 0xA0), 0xFFFD])
+MAX_CONTROL = 0.01  # text has hardly any control characters; binary data, read as text, about one in ten
+
+
+def binary_problem(text: str) -> str | None:
+    """Why decoded data is not text (None: it is), judged on the whole of it: NULs, or more than
+    one character in a hundred a control character (or undecodable)."""
+    if "\x00" in text:
+        return "binary data, not text (it holds NUL bytes)"
+    control = len(text) - len(text.translate(CONTROL))
+    if control > MAX_CONTROL * len(text):
+        return f"binary data, not text ({control} of its {len(text)} characters are control characters)"
+    return None
+
+
+def utf16_without_mark(data: bytes) -> str | None:
+    """"utf-16-le"/"utf-16-be" for UTF-16 text without a byte-order mark, told by the NUL in every
+    other byte that Latin-script text has in it (None: not such text)."""
+    sample = data[:8192]
+    if len(data) % 2 or len(sample) < 2:
+        return None
+    even, odd = sample[0::2].count(0), sample[1::2].count(0)
+    pairs = len(sample) // 2
+    if odd >= 0.3 * pairs and even <= 0.02 * pairs:
+        return "utf-16-le"
+    if even >= 0.3 * pairs and odd <= 0.02 * pairs:
+        return "utf-16-be"
+    return None
+
+
+def encoding_of(data: bytes) -> str | None:
+    """The encoding the bytes declare by a byte-order mark or show as UTF-16 (None: neither)."""
+    return next((codec for mark, codec in BOMS if data.startswith(mark)), None) or utf16_without_mark(data)
+
+
 def decoded(data: bytes) -> str:
-    """UTF-8 (a byte-order mark dropped), else Latin-1; bytes with NULs are no text at all."""
-    if b"\x00" in data[:8192]:
-        raise ValueError("binary data, not text")
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        return data.decode("latin-1")
+    """Text by its bytes: a byte-order mark names UTF-8, UTF-16 or UTF-32, UTF-16 without one
+    shows by its NULs; else UTF-8, else Windows-1252 (Latin-1 for the bytes it leaves undefined).
+    Data that is not text (`binary_problem`) is a ValueError."""
+    if codec := encoding_of(data):
+        try:
+            text = data.decode(codec)
+        except UnicodeDecodeError:
+            raise ValueError(f"not {codec.upper().removesuffix('-SIG')} text, though its first bytes say so") from None
+    else:
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            try:
+                text = data.decode("cp1252")
+            except UnicodeDecodeError:
+                text = data.decode("latin-1")
+    if problem := binary_problem(text):
+        raise ValueError(problem)
+    return text
 
 
 def read_plain(path: Path, data: bytes) -> tuple[str, list[Section]]:
@@ -249,7 +327,10 @@ def read_html(path: Path, data: bytes) -> tuple[str, list[Section]]:
     headers and footers, a paragraph per block element; `<h1>`-`<h6>` start sections, the page's
     `<title>` (or first `<h1>`) titles it."""
     bs4 = _optional("bs4", "HTML")
-    soup = bs4.BeautifulSoup(data, "html.parser")
+    markup = decoded(data) if encoding_of(data) or b"\x00" in data else data  # else bs4 reads a <meta charset>
+    soup = bs4.BeautifulSoup(markup, "html.parser")
+    if problem := binary_problem(soup.get_text()):
+        raise ValueError(problem)
     title = " ".join(soup.title.get_text(" ").split()) if soup.title else ""
     for noise in soup.find_all(HTML_NOISE):
         noise.decompose()
@@ -295,17 +376,57 @@ def read_html(path: Path, data: bytes) -> tuple[str, list[Section]]:
     return title or humanised(path.stem), sections
 
 
-def read_pdf(path: Path, data: bytes) -> tuple[str, list[Section]]:
+class OverBudget(ValueError):
+    """A file over one of the `Reading` budgets: skipped with one line, the rest read on."""
+
+
+def pdf_page_count(reader, budget: int) -> int:
+    """The pages of a PDF's page tree, counted without expanding it past `budget`: a tree that
+    names one subtree many times (40 x 40 x 40 kids is 64,000 pages in 1.6 KB), or loops, is
+    refused before pypdf lists its pages."""
+    stack, pages, nodes = [reader.trailer["/Root"]["/Pages"]], 0, 0
+    while stack:
+        node = stack.pop().get_object()
+        nodes += 1
+        if "/Kids" in node:
+            stack.extend(node["/Kids"])
+        else:
+            pages += 1
+        if pages > budget:
+            raise OverBudget(f"a PDF of more than {budget} pages, over the page budget (index.max_pdf_pages)")
+        if nodes > 4 * budget + 64:
+            raise OverBudget(f"a PDF whose page tree has more than {4 * budget + 64} nodes for {pages} pages: it loops")
+    return pages
+
+
+def read_pdf(path: Path, data: bytes, max_pages: int = 2000, max_text_mb: float = 32) -> tuple[str, list[Section]]:
     """One section a page ("p. 3"); lines joined into paragraphs, words hyphenated across a line
-    break joined again. The title is the PDF's own when it has one."""
+    break joined again. The title is the PDF's own when it has one. A PDF of more than
+    `max_pages` pages, or whose pages hold more than `max_text_mb` MB of content to interpret
+    (a few KB inflate to that), is `OverBudget` before its text is read."""
     import io
 
     pypdf = _optional("pypdf", "PDF")
     reader = pypdf.PdfReader(io.BytesIO(data))
+    pdf_page_count(reader, max_pages)
     title = ((reader.metadata.title if reader.metadata else None) or "").strip()
+    left = int(max_text_mb * 2**20)  # bytes of page content still to interpret
+    operations = left // 4  # and operations: a form drawn many times is interpreted each time
+    over = OverBudget(f"a PDF of more than {max_text_mb:g} MB of page content to read, over the text budget (index.max_pdf_text_mb)")
+
+    def count(operator, operands, cm, tm) -> None:
+        nonlocal operations
+        operations -= 1
+        if operations < 0:
+            raise over
+
     sections = []
     for number, page in enumerate(reader.pages, start=1):
-        text = page.extract_text() or ""
+        contents = page.get_contents()
+        left -= len(contents.get_data()) if contents is not None else 0
+        if left < 0:
+            raise over
+        text = page.extract_text(visitor_operand_before=count) or ""
         text = re.sub(r"(\w)-\n(\w)", r"\1\2", text)
         text = re.sub(r"(?<!\n)\n(?!\n)", " ", text)
         if text.strip():
@@ -342,19 +463,27 @@ def _optional(module: str, kind: str):
         raise MissingExtra(f"reading {kind} files needs the {module} package: {DOCS_HINT}") from None
 
 
-def read_document(path: Path, relative: str) -> Document:
-    """One file as a `Document`; ValueError (with the reason) when it cannot be read as its kind."""
+def read_document(path: Path, relative: str, reading: Reading = Reading()) -> Document:
+    """One file as a `Document`; ValueError (with the reason) when it cannot be read as its kind,
+    `OverBudget` when it is larger than the reading allows."""
+    size = path.stat().st_size
+    if size > reading.max_file_mb * 2**20:
+        raise OverBudget(f"{size / 2**20:.1f} MB, over the budget of {reading.max_file_mb:g} MB a file (index.max_file_mb)")
     data = path.read_bytes()
     digest = hashlib.sha256(data).hexdigest()
+    named = Path(PurePosixPath(relative).name)  # the escaped name: titles must be text
     suffix = path.suffix.lower()
     try:
         if suffix in CORPUS_SUFFIXES:
-            return Document(relative, humanised(path.stem), [], digest, passages=read_corpus_file(path, data))
-        title, sections = READERS[suffix](path, data)
-    except MissingExtra:
+            return Document(relative, humanised(named.stem), [], digest, passages=read_corpus_file(named, data))
+        if suffix == ".pdf":
+            title, sections = read_pdf(named, data, reading.max_pdf_pages, reading.max_pdf_text_mb)
+        else:
+            title, sections = READERS[suffix](named, data)
+    except (MissingExtra, OverBudget):
         raise
     except HyperProveError as error:  # a corpus file's field check, which names the file itself
-        raise ValueError(str(error).removeprefix(f"{path}: ")) from None
+        raise ValueError(str(error).removeprefix(f"{named}: ")) from None
     except (ValueError, RecursionError) as error:
         raise ValueError(str(error) or type(error).__name__) from None
     except Exception as error:  # a format library's own failure on a damaged file is that file's problem only
@@ -363,35 +492,88 @@ def read_document(path: Path, relative: str) -> Document:
 
 
 def is_index(folder: Path) -> bool:
-    """A HyperProve index (say one written inside the folder it was built from): not documents."""
+    """A HyperProve index (say one written inside the folder it was built from): not documents.
+    A manifest alone does not make one; its passages and facts must be there beside it."""
     try:
-        return json.loads((folder / "manifest.json").read_text(encoding="utf-8")).get("format") == "hyperprove-index"
+        manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+        files = manifest.get("files")
     except (OSError, ValueError, AttributeError):
         return False
+    return (manifest.get("format") == "hyperprove-index" and isinstance(files, dict)
+            and all(name in files and (folder / name).is_file() for name in ("passages.jsonl", "facts.jsonl")))
 
 
-def document_files(folder: Path) -> Iterator[tuple[Path, str]]:
-    """Every file under `folder` (hidden files and folders, and HyperProve indexes, left out), in
-    path order, with its path relative to `folder`."""
-    indexes = {path.parent for path in folder.rglob("manifest.json") if is_index(path.parent)}
-    for path in sorted(folder.rglob("*")):
-        relative = path.relative_to(folder)
-        if any(part.startswith(".") for part in relative.parts) or not path.is_file() or indexes.intersection(path.parents):
-            continue
-        yield path, PurePosixPath(relative).as_posix()
+def shown(name: str) -> str:
+    """A file name as text: bytes that are not UTF-8 (which the OS hands over as surrogates)
+    written as \\xNN, so the name can be printed, saved and matched again."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
-def read_folder(folder: str | Path, max_words: int = 120, overlap: int = 20, log: Callable[[str], None] = print,
+def document_files(folder: Path, follow_links: bool = False, log: Callable[[str], None] = print) -> Iterator[tuple[Path, str]]:
+    """Every file under `folder`, in path order, with its path relative to `folder` (`shown`).
+    Left out, each with one line: hidden files and folders, HyperProve indexes, what is not a
+    file or a folder, and links, which lead out of the folder (with `follow_links` they are
+    followed, files and folders alike, but a link back into a folder being read is a loop)."""
+
+    def walk(directory: Path, relative: str, inside: tuple[str, ...]) -> Iterator[tuple[Path, str]]:
+        try:
+            entries = sorted(os.scandir(directory), key=lambda entry: entry.name)
+        except OSError as error:
+            log(f"{shown(str(directory))}: skipped: cannot list it ({error.strerror or error})")
+            return
+        for entry in entries:
+            path, name = Path(entry.path), relative + shown(entry.name)
+            said = shown(entry.path)  # the path as the lines name it
+            if entry.name.startswith("."):
+                log(f"{said}{'/' * entry.is_dir()}: left out: hidden")
+                continue
+            real = path
+            if entry.is_symlink():
+                target = os.path.realpath(path)
+                if not follow_links:
+                    log(f"{said}: skipped: a link (to {shown(target)}); a folder is read only through its own files "
+                        "(index --follow-links reads what its links point to)")
+                    continue
+                if not os.path.exists(target):
+                    log(f"{said}: skipped: a link to nothing ({shown(target)})")
+                    continue
+                real = Path(target)
+            if real.is_dir():
+                key = os.path.realpath(real)
+                if key in inside:
+                    log(f"{said}/: skipped: a link back to {shown(key)}, a folder being read (a loop)")
+                elif is_index(real):
+                    log(f"{said}/: left out: a HyperProve index")
+                else:
+                    yield from walk(real, name + "/", (*inside, key))
+            elif real.is_file():
+                yield path, name  # read through its name here: its kind is the name's
+            else:
+                log(f"{said}: skipped: not a file or a folder")
+
+    if is_index(folder):
+        log(f"{shown(str(folder))}/: left out: a HyperProve index")
+        return
+    yield from walk(folder, "", (os.path.realpath(folder),))
+
+
+def read_folder(folder: str | Path, reading: Reading = Reading(), log: Callable[[str], None] = print,
                 prefix: str = "", leave_out: Collection[str] = ()) -> FolderCorpus:
     """Every document under `folder` as passages, its path `prefix` + its path in `folder`, but
-    for those `leave_out` names. An unreadable or empty file is reported (one line) and skipped;
-    a passage that repeats an earlier one word for word is kept once."""
+    for those `leave_out` names. A file that cannot be read, is empty or is over a budget is
+    reported (one line) and skipped; a passage that repeats an earlier one word for word is kept
+    once."""
     root = Path(folder)
     if not root.is_dir():
         raise HyperProveError(f"{root}: not a folder")
     corpus = FolderCorpus(root=root, passages=[], files={})
     taken: set[Passage] = set()
-    for path, relative in document_files(root):
+
+    def left_out(line: str) -> None:
+        corpus.skipped.append(line)
+        log(line)
+
+    for path, relative in document_files(root, reading.follow_links, left_out):
         relative = prefix + relative
         if relative in leave_out:
             continue
@@ -400,22 +582,22 @@ def read_folder(folder: str | Path, max_words: int = 120, overlap: int = 20, log
             corpus.other_kinds[suffix] = corpus.other_kinds.get(suffix, 0) + 1
             continue
         try:
-            document = read_document(path, relative)
+            document = read_document(path, relative, reading)
         except OSError as error:
             problem = f"cannot read it ({error.strerror or error})"
+        except OverBudget as error:
+            problem = str(error)
         except ValueError as error:
             problem = f"not a readable {suffix[1:].upper()} file ({error})"
         else:
-            every = document_passages(document, max_words, overlap)
+            every = document_passages(document, reading.words, reading.overlap)
             passages = [p for p in every if not (p in taken or taken.add(p))]
             if passages:
                 corpus.passages += passages
                 corpus.files[relative] = document.sha256
                 continue
             problem = "every passage repeats an earlier file's" if every else "no text"
-        line = f"{path}: skipped: {problem}"
-        corpus.skipped.append(line)
-        log(line)
+        left_out(f"{shown(str(path))}: skipped: {problem}")
     if not corpus.passages:
         raise HyperProveError(f"{root}: no document with text in it" + (f" ({len(corpus.skipped)} skipped)" if corpus.skipped else ""))
     return corpus

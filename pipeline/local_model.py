@@ -10,6 +10,7 @@ import hashlib
 import importlib
 import os
 import threading
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Callable
 
@@ -116,30 +117,77 @@ def cpu_threads(config: LMConfig) -> int:
     return config.local_cpu_threads or os.cpu_count() or 1
 
 
+MAX_REQUEST = 8 * 1024 * 1024  # bytes: a prompt of the whole context, JSON-escaped, fits many times
+UPSTREAM = ("content-type", "accept", "authorization")  # the request headers llama.cpp is given
+DROPPED = ("content-length", "transfer-encoding", "connection", "keep-alive", "server", "date")  # the guard's own
+
+
+def guard(upstream: str, hosts):
+    """The app in front of llama.cpp's own server, which reflects any `Origin` and answers any
+    `Host`: it passes only the OpenAI API (`/v1/...`) and `/health` (not `/props`, which names
+    files), only to programs (a web page's request is a 403, a `Host` that is not this server's
+    too), and strips the CORS headers from what comes back, so no page can read it."""
+    import httpx
+    from starlette.applications import Starlette
+    from starlette.background import BackgroundTask
+    from starlette.responses import StreamingResponse
+    from starlette.routing import Route
+
+    from pipeline.serving import OwnPageOnly, error, read_body
+
+    @asynccontextmanager
+    async def lifespan(app):
+        async with httpx.AsyncClient(base_url=upstream, timeout=None) as client:
+            app.state.client = client
+            yield
+
+    async def forward(request):
+        path = request.url.path
+        if not (path.startswith("/v1/") or path == "/health"):
+            return error(404, f"{path} is not served here; only /v1/... (the OpenAI API) and /health")
+        body, refused = await read_body(request, MAX_REQUEST)
+        if refused is not None:
+            return refused
+        client = request.app.state.client
+        headers = {name: value for name, value in request.headers.items() if name in UPSTREAM}
+        sent = client.build_request(request.method, path, params=request.url.query, content=body, headers=headers)
+        try:
+            reply = await client.send(sent, stream=True)
+        except httpx.HTTPError as failure:
+            return error(502, f"the embedded model's server did not answer ({type(failure).__name__})")
+        kept = {name: value for name, value in reply.headers.items()
+                if not name.startswith("access-control-") and name not in DROPPED}
+        return StreamingResponse(reply.aiter_raw(), status_code=reply.status_code, headers=kept,
+                                 background=BackgroundTask(reply.aclose))
+
+    methods = ["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "HEAD"]
+    app = Starlette(routes=[Route("/{path:path}", forward, methods=methods)], lifespan=lifespan)
+    return OwnPageOnly(app, hosts, page=False)
+
+
 def serve_local_model(config: LMConfig, host: str = "127.0.0.1", port: int = 8080, allow_remote: bool = False,
                       log: Callable[[str], None] = print, stop: threading.Event | None = None) -> dict:
     """Serve the embedded model at http://host:port/v1 until Ctrl-C, SIGTERM or SIGHUP (or `stop`):
     clients reach it with `--api-base` and no `--lm`, so their requests, cache keys and records are
-    those of the in-process model. `config.threads` server slots answer requests side by side."""
+    those of the in-process model. `config.threads` server slots answer requests side by side.
+    llama.cpp listens on a loopback port of its own; the `guard` in front of it is what is bound."""
     from pipeline.config import LOCAL_MODEL_ID
-    from pipeline.serving import check_host, wait_until_stopped
+    from pipeline.serving import Served, check_host, host_names, wait_until_stopped
 
     check_host(host, allow_remote, "the embedded model")
     if config.model is not None:
         raise HyperProveError(f"serve-lm serves the embedded model; --lm {config.model} is served by its own provider")
-
-    def bind(params) -> None:
-        params.hostnames, params.port = [host], port
-
     slots = config.concurrency
     try:
-        server = LocalServer(local_model_path(config.local_model_dir), slots, config.local_context, cpu_threads(config), adjust=bind)
-    except RuntimeError as error:  # llama.cpp's own refusal, e.g. a port in use
-        raise HyperProveError(f"serve-lm on {host}:{port}: the server did not start ({error}); is the port free?") from None
+        model = LocalServer(local_model_path(config.local_model_dir), slots, config.local_context, cpu_threads(config))
+    except RuntimeError as error:  # llama.cpp's own refusal
+        raise HyperProveError(f"serve-lm: the embedded model's server did not start ({error})") from None
+    served = Served(guard(model.address, host_names(host)), host, port, "the embedded model")
     url = f"http://{host}:{port}/v1"
     log(f"serving {LOCAL_MODEL_ID} at {url} ({slots} slot{'s' * (slots > 1)}, {config.local_context} context tokens); "
-        f"clients: --api-base {url} (Ctrl-C stops it)")
+        f"clients: --api-base {url}; programs only, no web page's requests (Ctrl-C stops it)")
     how = wait_until_stopped(stop)
-    del server  # llama.cpp stops serving when its server object goes
+    served.stop()
+    del model  # llama.cpp stops serving when its server object goes
     log(f"serve-lm stopped ({how})")
     return {"url": url, "model": LOCAL_MODEL_ID, "slots": slots}

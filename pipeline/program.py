@@ -422,12 +422,15 @@ def ask(config, index_directory: str, question: str, runtime=None, log=print, pr
     `profile` what each LM step cost (calls, tokens, tokens from the prompt cache, seconds), with
     `html` writes the chain as an evidence-chain page to that file, and with tracking on logs the
     question as one MLflow trace."""
+    from pipeline.corpus import text_problem
     from pipeline.files import atomic_write_bytes
     from pipeline.lm_profile import profile_table
     from pipeline.pages import chain_page
 
     if not question.strip():
         raise HyperProveError("the question is empty")
+    if problem := text_problem(question):
+        raise HyperProveError(f"the question {problem}")
     if html and Path(html).is_dir():
         raise HyperProveError(f"--html {html}: is a folder; name the page file to write")
     asker = Asker(config, index_directory, runtime)

@@ -30,10 +30,10 @@ from typing import Awaitable, Callable, Collection
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
-from starlette.datastructures import Headers
 
 from modules.errors import HyperProveError
-from pipeline.serving import is_loopback
+from pipeline.corpus import text_problem
+from pipeline.serving import OwnPageOnly, error, read_body
 
 MAX_QUESTION = 2000  # characters: a question, not a document
 MAX_BODY = 16_384  # bytes of a POST body: a question of MAX_QUESTION characters, escaped, fits
@@ -42,10 +42,6 @@ log = logging.getLogger("hyperprove.serve")
 # retries unless the config says otherwise, so a hung LM is a 503 within about 4 minutes.
 SERVE_TIMEOUT, SERVE_RETRIES = 120.0, 1
 STOP_SECONDS = 3  # a stop waits this long for open connections, then closes them
-
-
-def error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status)
 
 
 def question_problem(value) -> tuple[int, str] | None:
@@ -61,51 +57,6 @@ def question_problem(value) -> tuple[int, str] | None:
     return None
 
 
-def text_problem(value: str) -> str | None:
-    """What makes a string no text (a lone surrogate, from JSON's "\\ud800" or bytes that are not
-    UTF-8), or None."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as bad:
-        return f"holds {value[bad.start]!r} at character {bad.start}, which is not text (a lone surrogate or a byte that is not UTF-8)"
-    return None
-
-
-def host_name(host: str) -> str:
-    """A `Host` header's name: "127.0.0.1:8000" -> "127.0.0.1", "[::1]:8000" -> "::1"."""
-    if host.startswith("["):
-        return host[1:host.find("]")] if "]" in host else host
-    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
-
-
-def origin_problem(headers, hosts: Collection[str] | None) -> str | None:
-    """Why a request is not from this server's own page or a client of its own (None: it is):
-    a `Host` that is neither a loopback name nor one of `hosts` (None: any host), or another
-    site's page sending it."""
-    host = headers.get("host", "")
-    name = host_name(host)
-    if hosts is not None and not is_loopback(name) and name.lower() not in hosts:
-        return f"Host {host!r} is not a name of this server"
-    if (origin := headers.get("origin")) is not None and origin != f"http://{host}":
-        return f"a request from the page of {origin!r}, not this server's own"
-    if headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none"):
-        return "a request from another site's page"
-    return None
-
-
-class OwnPageOnly:
-    """ASGI middleware: a request `origin_problem` refuses is a 403 before any route sees it."""
-
-    def __init__(self, app, hosts: Collection[str] | None):
-        self.app, self.hosts = app, hosts
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] == "http" and (problem := origin_problem(Headers(scope=scope), self.hosts)):
-            await error(403, problem)(scope, receive, send)
-            return
-        await self.app(scope, receive, send)
-
-
 async def read_json_body(request: Request) -> tuple[object, JSONResponse | None]:
     """The JSON body of a POST, or the one-line error that refuses it: a type other than JSON, a
     body over `MAX_BODY` bytes (refused before it is read, or as soon as it passes the cap), JSON
@@ -113,16 +64,11 @@ async def read_json_body(request: Request) -> tuple[object, JSONResponse | None]
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if kind != "application/json":
         return None, error(415, f"the body must be application/json, not {kind or 'untyped'}")
-    length = request.headers.get("content-length", "")
-    if length.isdigit() and int(length) > MAX_BODY:
-        return None, error(413, f"the body is {int(length)} bytes; at most {MAX_BODY}")
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_BODY:
-            return None, error(413, f"the body is over {MAX_BODY} bytes")
+    body, refused = await read_body(request, MAX_BODY)
+    if refused is not None:
+        return None, refused
     try:
-        return json.loads(bytes(body)), None
+        return json.loads(body), None
     except UnicodeDecodeError:
         return None, error(400, "the body is not UTF-8 text")
     except ValueError:
@@ -220,7 +166,7 @@ def make_app(asker, places: int, title: str = "HyperProve", hosts: Collection[st
     whose `Host` is a loopback name or address or one of `hosts` (None: any host)."""
     from pipeline.pages import chain_parts, chain_view, live_page
 
-    app = FastAPI(title=title, docs_url=None, redoc_url=None)
+    app = FastAPI(title=title, docs_url=None, redoc_url=None, openapi_url=None)
     app.add_middleware(OwnPageOnly, hosts=None if hosts is None else {name.lower() for name in hosts})
     turns = app.state.turns = Turns(places)
 
@@ -305,33 +251,20 @@ def serve(config, index_directory: str, host: str = "127.0.0.1", port: int = 800
           log: Callable[[str], None] = print, stop: threading.Event | None = None) -> dict:
     """`hyperprove serve`: load the index and the program once, then serve until Ctrl-C, SIGTERM or
     SIGHUP (or `stop`)."""
-    import uvicorn
-
     from pipeline.program import Asker
-    from pipeline.serving import check_host, wait_until_stopped
+    from pipeline.serving import Served, check_host, host_names, wait_until_stopped
 
     check_host(host, allow_remote, "questions over this index")
     config = config.with_overrides(lm={"timeout": config.lm.timeout or SERVE_TIMEOUT,
                                        "retries": SERVE_RETRIES if config.lm.retries is None else config.lm.retries})
     asker = Asker(config, index_directory, runtime)
     places = config.lm.concurrency
-    # Host names the server answers to, besides loopback ones: the address it was bound to (any, bound to every interface)
-    hosts = () if is_loopback(host) else None if host in ("0.0.0.0", "::", "") else (host,)
-    server = uvicorn.Server(uvicorn.Config(make_app(asker, places, hosts=hosts), host=host, port=port, log_level="warning",
-                                           timeout_graceful_shutdown=STOP_SECONDS))
-    server.install_signal_handlers = lambda: None  # the main thread waits for the stop signals itself
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started and thread.is_alive():
-        thread.join(0.05)
-    if not server.started:
-        raise HyperProveError(f"could not serve on {host}:{port} (is the port free?)")
+    served = Served(make_app(asker, places, hosts=host_names(host)), host, port, "questions", grace=STOP_SECONDS)
     url = f"http://{host}:{port}/"
     log(f"serving {index_directory} at {url} ({places} question(s) at a time; POST {url}ask, GET {url}health; "
         f"an LM that does not answer is a 503 within {config.lm.give_up_seconds:.0f} s; Ctrl-C stops it)")
     how = wait_until_stopped(stop)
-    server.should_exit = True  # questions still answering are left to their daemon threads, which end with the process
-    thread.join(STOP_SECONDS + 5)
+    served.stop()  # questions still answering are left to their daemon threads, which end with the process
     traced = asker.runtime.traces.close() if asker.runtime.traces_started else 0
     log(f"serve stopped ({how})" + (f"; {traced} questions traced in MLflow experiment {config.tracking.experiment!r}" if traced else ""))
     return {"url": url, "index": str(index_directory)}

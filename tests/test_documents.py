@@ -152,13 +152,14 @@ def test_a_folder_reads_every_kind_and_reports_what_it_skips(tmp_path):
     ]
     assert sorted(folder.files) == ["a.md", "c.html", "d.pdf", "e.json", "f.jsonl", "sub/b.txt"]
     assert lines == [
+        f"{docs / '.hidden.md'}: left out: hidden",
         f"{docs / 'bad.json'}: skipped: not a readable JSON file (item 0: field \"text\" is missing)",
-        f"{docs / 'binary.txt'}: skipped: not a readable TXT file (binary data, not text)",
+        f"{docs / 'binary.txt'}: skipped: not a readable TXT file (binary data, not text (it holds NUL bytes))",
         f"{docs / 'broken.pdf'}: skipped: not a readable PDF file (PdfStreamError: Stream has ended unexpectedly)",
         f"{docs / 'copy.md'}: skipped: every passage repeats an earlier file's",
         f"{docs / 'empty.md'}: skipped: no text",
     ]
-    assert folder.summary() == f"{docs}: 6 files, 7 passages; 5 skipped (unreadable, empty or repeated); not documents, left alone: 1 .png"
+    assert folder.summary() == f"{docs}: 6 files, 7 passages; 6 left out (each named above); not documents, left alone: 1 .png"
 
 
 def test_a_missing_format_library_names_the_extra(tmp_path, monkeypatch):

@@ -99,7 +99,7 @@ def test_a_lone_surrogate_is_named_not_a_traceback(files, capsys):
     (files / "bad.json").write_text('[{"title": "A", "text": "broken \\ud800 text"}]')
     code, _, err = run(capsys, "index", files / "bad.json", "--out", files / "idx", "--embedder", "test-hash")
     assert code == 2
-    assert one_line(err) == f'{files / "bad.json"}: item 0: field "text" holds \'\\ud800\' at character 7, a lone surrogate, which is not text'
+    assert one_line(err) == f'{files / "bad.json"}: item 0: field "text" holds \'\\ud800\' at character 7, which is not text (a lone surrogate or a byte that is not UTF-8)'
 
 
 # --- stale caches and wrong records ---------------------------------------------------------------------------
@@ -497,9 +497,10 @@ def test_a_folder_indexed_into_itself_never_reads_its_index_back(files, capsys):
     line, and the index written inside it left alone when the folder is read again."""
     code, out, _ = run(capsys, "index", files, "--out", files / "idx", "--embedder", "test-hash")
     assert code == 0 and f"{files / 'questions.json'}: skipped: not a readable JSON file (item 0: field \"title\" is missing)" in out
-    assert f"{files}: 1 files, {len(CORPUS)} passages; 1 skipped" in out
+    assert f"{files}: 1 files, {len(CORPUS)} passages; 1 left out" in out
     code, out, _ = run(capsys, "index", "--add", files, "--into", files / "idx", "--embedder", "test-hash")
     assert code == 0 and "0 new or changed, 1 unchanged" in out and "nothing to add" in out
+    assert f"{files / 'idx'}/: left out: a HyperProve index" in out
 
 
 @pytest.fixture
@@ -953,3 +954,620 @@ def test_json_nested_too_deeply_is_one_line(files, capsys):
     (files / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
     code, _, err = run(capsys, "index", files / "deep.json", "--out", files / "idx", "--embedder", "test-hash")
     assert code == 2 and one_line(err) == f"{files / 'deep.json'}: JSON nested too deeply to be a corpus file"
+
+
+# --- a shared config decides how the program answers, never where requests go or what is written ---------------
+@pytest.mark.parametrize("values, field, reason", [
+    ({"lm": {"model": "openai/gpt-4o-mini", "api_base": "http://host.example/v1"}}, "lm.api_base", "names a host"),
+    ({"tracking": {"uri": "http://traces.example:5000"}}, "tracking.uri", "names a host"),
+    ({"sweep": {"storage": "postgresql://db.example/studies"}}, "sweep.storage", "names a host"),
+    ({"sweep": {"storage": "sqlite:////home/someone/studies.db"}}, "sweep.storage", "is a file outside the working folder"),
+    ({"sweep": {"best_out": "~/.bashrc"}}, "sweep.best_out", "is outside the working folder"),
+    ({"evaluation": {"out": "../../elsewhere"}}, "evaluation.out", "is outside the working folder"),
+    ({"cache_dir": "/tmp/planted-cache"}, "cache_dir", "is outside the working folder"),
+    ({"index": {"embedder": "/etc"}}, "index.embedder", "names a folder on disk"),
+])
+def test_a_shared_config_cannot_choose_where_requests_go_or_what_is_written(tmp_path, capsys, values, field, reason):
+    from pipeline.config import HyperProveConfig
+
+    path = tmp_path / "shared.json"
+    path.write_text(json.dumps(values))
+    with pytest.raises(HyperProveError, match=f"^{path}: {field} = .* {reason}: it decides .*, which a shared config may not; "
+                                              ".*--trust-config if this file is your own$"):
+        HyperProveConfig.from_file(path)
+    assert HyperProveConfig.from_file(path, trusted=True)  # the user's own file: taken as it is
+    # through the command line: one line, before any work, and --trust-config honours the file
+    code, _, err = run(capsys, "ask", tmp_path / "no-index", "Who directed Jaws?", "--config", path)
+    assert code == 2 and one_line(err).startswith(f"{path}: {field} = ")
+    code, _, err = run(capsys, "ask", tmp_path / "no-index", "Who directed Jaws?", "--config", path, "--trust-config")
+    assert code == 2 and "shared config" not in err and "no-index" in err
+
+
+def test_the_committed_experiment_configs_are_safe_to_share():
+    from pipeline.config import HyperProveConfig
+
+    configs = sorted(Path("experiments/configs").rglob("*.json"))
+    assert len(configs) > 50
+    for path in configs:
+        HyperProveConfig.from_file(path)  # none sets a host, an outside path or a model folder
+
+
+def test_every_lm_run_says_which_model_it_talks_to_and_where():
+    from pipeline.config import HyperProveConfig
+    from pipeline.lm import LMSession, lm_whereabouts
+
+    def said(**lm) -> str:
+        return lm_whereabouts(HyperProveConfig().with_overrides(lm=lm))
+
+    assert said(model="openai/gpt-4o-mini", api_base="http://10.0.0.5:8000/v1", timeout=30, retries=2) == (
+        "LM: openai/gpt-4o-mini at http://10.0.0.5:8000/v1; a request gets 30 s and 2 retries")
+    assert said(model="openai/gpt-4o-mini") == "LM: openai/gpt-4o-mini at openai's own endpoint; a request gets 300 s and 8 retries"
+    assert said().endswith(" in this process (the embedded model); a request gets 300 s and 2 retries")
+    # a session that makes its LM says it once
+    lines = []
+    LMSession(HyperProveConfig().with_overrides(lm={"model": "openai/gpt-4o-mini", "api_base": "http://10.0.0.5:8000/v1"}), log=lines.append)
+    assert lines == ["LM: openai/gpt-4o-mini at http://10.0.0.5:8000/v1; a request gets 300 s and 8 retries"]
+
+
+def test_a_dead_or_hung_lm_is_given_up_within_the_time_its_settings_state():
+    from pipeline.config import LMConfig
+
+    # (retries + 1) tries of `timeout` seconds, with LiteLLM's backoff (1, 2, 4 ... s, at most 60) between them
+    assert LMConfig(timeout=2, retries=0).give_up_seconds == 2
+    assert LMConfig(timeout=2, retries=2).give_up_seconds == 2 * 3 + 1 + 2
+    assert LMConfig(model="openai/x").give_up_seconds == 300 * 9 + (1 + 2 + 4 + 8 + 16 + 32 + 60 + 60)
+
+
+# --- serve answers only its own page ----------------------------------------------------------------------------
+class HangingLM:
+    """An LM endpoint that accepts connections and never answers."""
+
+    def __init__(self):
+        import socket
+
+        self.socket = socket.socket()
+        self.socket.bind(("127.0.0.1", 0))
+        self.socket.listen(64)
+        self.address = f"http://127.0.0.1:{self.socket.getsockname()[1]}/v1"
+
+    def close(self):
+        self.socket.close()
+
+
+@pytest.fixture
+def served_index(files, capsys):
+    code, _, _ = run(capsys, "index", files / "corpus.json", "--out", files / "idx", "--embedder", "test-hash")
+    assert code == 0
+    return files / "idx"
+
+
+def own_page_client(served_index, lm=None, hosts=()):
+    from dspy.utils import DummyLM
+    from fastapi.testclient import TestClient
+
+    from pipeline.config import HyperProveConfig
+    from pipeline.program import Asker
+    from pipeline.server import make_app
+
+    config = HyperProveConfig().with_overrides(index={"embedder": "test-hash"}, tracking={"enabled": False, "traces": False})
+    asker = Asker(config, served_index, Runtime(config, lm=lm or DummyLM(two_hop_script(final_answer="2017")), embedder=HashEmbedder()))
+    return TestClient(make_app(asker, places=1, hosts=hosts), base_url="http://127.0.0.1:8000")
+
+
+@pytest.mark.parametrize("headers, message", [
+    ({"Host": "rebound.example.com:8000"}, "Host 'rebound.example.com:8000' is not a name of this server"),
+    ({"Origin": "http://evil.example"}, "a request from the page of 'http://evil.example', not this server's own"),
+    ({"Origin": "http://localhost:8000"}, "a request from the page of 'http://localhost:8000', not this server's own"),
+    ({"Sec-Fetch-Site": "cross-site"}, "a request from another site's page"),
+])
+def test_serve_refuses_requests_from_other_sites_and_other_host_names(served_index, headers, message):
+    client = own_page_client(served_index)
+    for method, path in (("post", "/ask"), ("get", "/ask/stream?question=x"), ("get", "/health"), ("get", "/")):
+        response = getattr(client, method)(path, headers=headers, **({"json": {"question": "Who?"}} if method == "post" else {}))
+        assert (response.status_code, response.json()) == (403, {"error": message}), path
+    # its own page and programs on this machine are answered
+    assert client.get("/health", headers={"Origin": "http://127.0.0.1:8000", "Sec-Fetch-Site": "same-origin"}).status_code == 200
+    assert client.get("/health", headers={"Host": "localhost:8000"}).status_code == 200
+    # bound to a named interface, that name is the server's too
+    assert own_page_client(served_index, hosts=("box.lan",)).get("/health", headers={"Host": "box.lan:8000"}).status_code == 200
+
+
+def test_serve_takes_only_json_posts_of_a_small_body_and_says_why_in_one_line(served_index):
+    client = own_page_client(served_index)
+    plain = client.post("/ask", content=b'{"question": "Who directed Jaws?"}', headers={"Content-Type": "text/plain"})
+    assert (plain.status_code, plain.json()) == (415, {"error": "the body must be application/json, not text/plain"})
+    form = client.post("/ask", data={"question": "Who directed Jaws?"})
+    assert form.status_code == 415
+    deep = client.post("/ask", content=b"[" * 8000 + b"]" * 8000, headers={"Content-Type": "application/json"})
+    assert (deep.status_code, deep.json()) == (400, {"error": "the body's JSON is nested too deeply"})
+    surrogate = client.post("/ask", content=b'{"question": "Who \\ud800 directed Jaws?"}', headers={"Content-Type": "application/json"})
+    assert surrogate.status_code == 422 and "which is not text" in surrogate.json()["error"]
+    latin = client.post("/ask", content=b'{"question": "Caf\xe9?"}', headers={"Content-Type": "application/json"})
+    assert (latin.status_code, latin.json()) == (400, {"error": "the body is not UTF-8 text"})
+    assert client.get("/ask/stream?question=Who%ED%A0%80%FF").status_code in (200, 422)  # undecodable bytes: never a 500
+    assert client.get("/docs").status_code == 404 and client.get("/openapi.json").status_code == 404
+
+
+def test_a_body_over_the_cap_is_refused_before_it_is_read(served_index):
+    """A 300 MB body is refused by its Content-Length before one byte is read, and a body that
+    does not say its length as soon as it passes the cap."""
+    import asyncio
+
+    from pipeline.server import MAX_BODY
+
+    app = own_page_client(served_index).app
+
+    def call(headers, chunks):
+        reads, sent = [], []
+
+        async def receive():
+            reads.append(1)
+            if chunks:
+                return {"type": "http.request", "body": chunks.pop(0), "more_body": bool(chunks)}
+            return {"type": "http.disconnect"}
+
+        async def send(message):
+            sent.append(message)
+
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+                 "path": "/ask", "raw_path": b"/ask", "query_string": b"", "root_path": "", "server": ("127.0.0.1", 8000),
+                 "client": ("127.0.0.1", 5000), "headers": [(b"host", b"127.0.0.1:8000"), (b"content-type", b"application/json"), *headers]}
+        asyncio.run(app(scope, receive, send))
+        return sent[0]["status"], json.loads(b"".join(m.get("body", b"") for m in sent[1:])), len(reads)
+
+    assert call([(b"content-length", b"300000000")], [b"x" * 1024] * 10) == (413, {"error": f"the body is 300000000 bytes; at most {MAX_BODY}"}, 0)
+    status, body, reads = call([], [b"x" * 4096] * 1000)  # chunked: no length given
+    assert (status, body) == (413, {"error": f"the body is over {MAX_BODY} bytes"}) and reads == MAX_BODY // 4096 + 1
+
+
+def test_a_question_whose_client_left_while_it_waited_is_dropped_not_answered():
+    import asyncio
+    import threading
+
+    from pipeline.server import Gone, Turns
+
+    answered, hold = [], threading.Event()
+
+    async def scene() -> Turns:
+        turns = Turns(places=1)
+        holding = await turns.run(lambda: hold.wait(10) and answered.append("first") or {})  # takes the one place
+        left = asyncio.Event()
+        waiting = asyncio.ensure_future(turns.run(lambda: answered.append("dropped") or {}, gone=left.wait))
+        await asyncio.sleep(0.05)
+        assert turns.waiting == 1
+        left.set()  # its client disconnects while it waits
+        with pytest.raises(Gone):
+            await waiting
+        hold.set()
+        await holding
+        return turns
+
+    turns = asyncio.run(scene())
+    assert answered == ["first"] and turns.dropped == 1 and turns.waiting == 0 and turns.answering == 0
+
+
+def test_a_hung_lm_is_a_503_within_the_stated_time(served_index):
+    """An LM that accepts the connection and never replies: with a 1 s timeout and one retry the
+    question is a 503 in about 1 + 1 + 1 s (backoff), not an hour."""
+    import time
+
+    from fastapi.testclient import TestClient
+
+    from pipeline.config import HyperProveConfig
+    from pipeline.program import Asker
+    from pipeline.server import make_app
+
+    hanging = HangingLM()
+    try:
+        config = HyperProveConfig().with_overrides(index={"embedder": "test-hash"}, tracking={"enabled": False, "traces": False},
+                                                   lm={"api_base": hanging.address, "timeout": 1, "retries": 1})
+        asker = Asker(config, served_index, Runtime(config, embedder=HashEmbedder()))
+        client = TestClient(make_app(asker, places=1), base_url="http://127.0.0.1:8000")
+        started = time.perf_counter()
+        response = client.post("/ask", json={"question": "Who directed Jaws?"})
+        seconds = time.perf_counter() - started
+    finally:
+        hanging.close()
+    assert response.status_code == 503 and "error" in response.json(), response.text
+    assert seconds < config.lm.give_up_seconds + 10, seconds
+
+
+def test_sigterm_ends_serve_within_seconds_while_a_question_hangs(served_index, tmp_path):
+    import signal
+    import time
+    import urllib.request
+
+    port, hanging = free_port(), HangingLM()
+    script = (f"from pipeline.cli import main; from pipeline.runtime import Runtime; from tests.conftest import HashEmbedder; "
+              f"raise SystemExit(main(['serve', {str(served_index)!r}, '--port', '{port}', '--embedder', 'test-hash', '--no-track', "
+              f"'--api-base', {hanging.address!r}, '--lm-timeout', '600'], make_runtime=lambda c: Runtime(c, embedder=HashEmbedder())))")
+    process = subprocess.Popen([sys.executable, "-c", script], cwd=Path(__file__).parent.parent, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.3)
+        asking = threading_post(f"http://127.0.0.1:{port}/ask", {"question": "Who directed Jaws?"})
+        time.sleep(1.5)  # the question is now waiting on the LM
+        started = time.perf_counter()
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=30)
+        seconds = time.perf_counter() - started
+    finally:
+        process.kill()
+        hanging.close()
+    out = process.stdout.read()
+    assert process.returncode == 0 and "serve stopped (SIGTERM)" in out, out
+    assert seconds < 10, seconds
+    asking.join(5)
+
+
+def threading_post(url: str, body: dict):
+    import threading
+    import urllib.request
+
+    def post():
+        try:
+            urllib.request.urlopen(urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"}), timeout=30)
+        except OSError:
+            pass
+
+    thread = threading.Thread(target=post, daemon=True)
+    thread.start()
+    return thread
+
+
+class Upstream:
+    """A stand-in for llama.cpp's server: answers every path (`/props` names a file under $HOME)
+    and reflects any Origin in its CORS headers, as llama.cpp does."""
+
+    def __init__(self):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                self.reply({"path": self.path, "model_path": "/home/someone/.cache/model.gguf"})
+
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("content-length", 0)))
+                self.reply({"path": self.path, "body": json.loads(body), "origin": self.headers.get("origin")})
+
+            def reply(self, data):
+                raw = json.dumps(data).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Access-Control-Allow-Origin", self.headers.get("origin") or "*")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.address = f"http://127.0.0.1:{self.server.server_port}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def test_serve_lm_passes_only_the_api_to_programs_and_nothing_to_web_pages():
+    from starlette.testclient import TestClient
+
+    from pipeline.local_model import guard
+
+    upstream = Upstream()
+    try:
+        with TestClient(guard(upstream.address, ()), base_url="http://127.0.0.1:8080") as client:
+            completion = client.post("/v1/chat/completions", json={"messages": []})
+            assert completion.status_code == 200 and completion.json()["body"] == {"messages": []}
+            assert not [name for name in completion.headers if name.startswith("access-control-")]
+            assert client.get("/health").status_code == 200 and client.get("/v1/models").status_code == 200
+            props = client.get("/props")
+            assert props.status_code == 404 and "model_path" not in props.text
+            for headers in ({"Origin": "http://evil.example"}, {"Origin": "http://127.0.0.1:8080"}, {"Sec-Fetch-Site": "cross-site"},
+                            {"Host": "rebound.example.com:8080"}):
+                refused = client.post("/v1/chat/completions", json={"messages": []}, headers=headers)
+                assert refused.status_code == 403 and "model_path" not in refused.text, headers
+            options = client.options("/v1/chat/completions", headers={"Origin": "http://evil.example", "Access-Control-Request-Method": "POST"})
+            assert options.status_code == 403 and "access-control-allow-origin" not in options.headers
+    finally:
+        upstream.server.shutdown()
+
+
+def test_serve_lm_binds_its_guard_and_llama_cpp_listens_on_loopback_only(monkeypatch):
+    import threading
+    import urllib.error
+    import urllib.request
+
+    import pipeline.local_model as local_model
+    from pipeline.config import LMConfig
+
+    upstream = Upstream()
+
+    class FakeServer:
+        def __init__(self, *args, **kwargs):
+            assert "adjust" not in kwargs  # llama.cpp keeps its own loopback port; nothing rebinds it
+            self.address = upstream.address
+
+    monkeypatch.setattr(local_model, "LocalServer", FakeServer)
+    monkeypatch.setattr(local_model, "local_model_path", lambda folder: Path("model.gguf"))
+    port, stop, lines, seen = free_port(), threading.Event(), [], {}
+
+    def client():  # while serve-lm runs in the main thread (it waits for the stop signals there)
+        try:
+            for _ in range(100):
+                if lines:
+                    break
+                threading.Event().wait(0.1)
+            asked = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", b'{"messages": []}', {"Content-Type": "application/json"})
+            seen["completion"] = json.loads(urllib.request.urlopen(asked, timeout=10).read())["path"]
+            for name, request in (("props", urllib.request.Request(f"http://127.0.0.1:{port}/props")),
+                                  ("page", urllib.request.Request(f"http://127.0.0.1:{port}/v1/models", headers={"Origin": "http://evil.example"}))):
+                try:
+                    urllib.request.urlopen(request, timeout=10)
+                except urllib.error.HTTPError as refused:
+                    seen[name] = refused.code
+        finally:
+            stop.set()
+
+    asking = threading.Thread(target=client)
+    asking.start()
+    try:
+        local_model.serve_local_model(LMConfig(), "127.0.0.1", port, log=lines.append, stop=stop)
+    finally:
+        asking.join(20)
+        upstream.server.shutdown()
+    assert seen == {"completion": "/v1/chat/completions", "props": 404, "page": 403}
+    assert "programs only, no web page's requests" in lines[0] and lines[-1] == "serve-lm stopped (stop)"
+
+
+# --- a folder stays a folder ------------------------------------------------------------------------------------
+@pytest.fixture
+def folder(tmp_path):
+    outside = tmp_path / "home"
+    (outside / ".aws").mkdir(parents=True)
+    (outside / ".aws" / "credentials").write_text("aws_secret_access_key = SECRET-KEY-123")
+    (outside / "private").mkdir()
+    (outside / "private" / "diary.txt").write_text("My private diary says the vault code is 4711.")
+    docs = tmp_path / "docs"
+    (docs / "sub").mkdir(parents=True)
+    (docs / "a.txt").write_text("Ada Lovelace was a mathematician.")
+    (docs / "notes.txt").symlink_to(outside / ".aws" / "credentials")
+    (docs / "private").symlink_to(outside / "private", target_is_directory=True)
+    (docs / "sub" / "loop").symlink_to(docs, target_is_directory=True)
+    return docs
+
+
+def test_a_folder_is_read_only_through_its_own_files_and_each_link_is_named(folder):
+    from pipeline.documents import Reading, read_folder
+
+    lines = []
+    read = read_folder(folder, log=lines.append)
+    assert sorted(read.files) == ["a.txt"] and not any("SECRET" in p.text or "4711" in p.text for p in read.passages)
+    linked = [line for line in lines if ": skipped: a link (to " in line]
+    assert sorted(line.split(": skipped:")[0] for line in linked) == [str(folder / "notes.txt"), str(folder / "private"), str(folder / "sub" / "loop")]
+    assert all(line.endswith("(index --follow-links reads what its links point to)") for line in linked)
+
+    # asked for, links are followed, files and folders alike, and a loop is named and skipped
+    lines = []
+    read = read_folder(folder, Reading(follow_links=True), log=lines.append)
+    assert sorted(read.files) == ["a.txt", "notes.txt", "private/diary.txt"]
+    assert f"{folder / 'sub' / 'loop'}/: skipped: a link back to {folder.resolve()}, a folder being read (a loop)" in lines
+
+
+def test_an_index_of_a_folder_with_links_holds_none_of_their_text_unless_asked(folder, capsys):
+    code, out, _ = run(capsys, "index", folder, "--out", folder.parent / "idx", "--embedder", "test-hash")
+    assert code == 0 and "SECRET-KEY-123" not in (folder.parent / "idx" / "passages.jsonl").read_text()
+    assert f"{folder / 'notes.txt'}: skipped: a link (to {folder.parent / 'home' / '.aws' / 'credentials'})" in out
+    code, out, _ = run(capsys, "index", folder, "--out", folder.parent / "idx2", "--embedder", "test-hash", "--follow-links")
+    assert code == 0 and "SECRET-KEY-123" in (folder.parent / "idx2" / "passages.jsonl").read_text()
+
+
+def test_a_decoy_manifest_does_not_hide_a_folder_and_a_real_index_is_named(tmp_path, capsys):
+    from pipeline.documents import read_folder
+
+    docs = tmp_path / "docs"
+    (docs / "decoy").mkdir(parents=True)
+    (docs / "decoy" / "manifest.json").write_text(json.dumps({"format": "hyperprove-index"}))
+    (docs / "decoy" / "kept.txt").write_text("Charles Babbage was born in London.")
+    (docs / "a.txt").write_text("Ada Lovelace was a mathematician.")
+    (tmp_path / "c.json").write_text(json.dumps(CORPUS))
+    assert run(capsys, "index", tmp_path / "c.json", "--out", docs / "idx", "--embedder", "test-hash")[0] == 0
+    lines = []
+    read = read_folder(docs, log=lines.append)
+    assert sorted(read.files) == ["a.txt", "decoy/kept.txt"]
+    assert f"{docs / 'idx'}/: left out: a HyperProve index" in lines
+
+
+@pytest.mark.parametrize("name, data, text", [
+    ("bom16.txt", "Ada Lovelace wrote the first program.".encode("utf-16"), "Ada Lovelace wrote the first program."),
+    ("le16.txt", "Ada Lovelace wrote the first program.".encode("utf-16-le"), "Ada Lovelace wrote the first program."),
+    ("be16.txt", "Ada Lovelace wrote the first program.".encode("utf-16-be"), "Ada Lovelace wrote the first program."),
+    ("bom32.txt", "Ada Lovelace wrote the first program.".encode("utf-32"), "Ada Lovelace wrote the first program."),
+    ("cp1252.txt", "Ada\u2019s caf\u00e9 opened in 1843.".encode("cp1252"), "Ada\u2019s caf\u00e9 opened in 1843."),
+])
+def test_text_is_read_by_its_encoding(tmp_path, name, data, text):
+    from pipeline.documents import read_folder
+
+    (tmp_path / name).write_bytes(data)
+    assert [p.text for p in read_folder(tmp_path, log=lambda line: None).passages] == [text]
+
+
+def test_binary_data_is_judged_by_all_its_bytes_not_the_first_8_kb(tmp_path):
+    import random
+
+    from pipeline.documents import read_folder
+
+    generator = random.Random(7)
+    body = bytes(generator.choice([b for b in range(1, 256) if b not in (0x0A, 0x0D)]) for _ in range(40_000))
+    (tmp_path / "a.txt").write_text("Ada Lovelace was a mathematician.")
+    (tmp_path / "blob.txt").write_bytes(b"A plain first line of text.\n" * 400 + body)  # 11 KB of text, then binary with no NUL
+    (tmp_path / "late-nul.md").write_bytes(b"# Notes\n\n" + b"Plain text. " * 1000 + b"\x00\x00binary tail")
+    lines = []
+    read = read_folder(tmp_path, log=lines.append)
+    assert sorted(read.files) == ["a.txt"]
+    assert any(line.startswith(f"{tmp_path / 'blob.txt'}: skipped: not a readable TXT file (binary data, not text (") and "control characters" in line
+               for line in lines), lines
+    assert f"{tmp_path / 'late-nul.md'}: skipped: not a readable MD file (binary data, not text (it holds NUL bytes))" in lines
+
+
+def test_a_file_name_that_is_not_utf8_is_indexed_updated_and_deleted(tmp_path, capsys):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.txt").write_text("Ada Lovelace was a mathematician.")
+    odd = os.fsencode(str(docs)) + b"/caf\xe9-notes.txt"
+    with open(odd, "wb") as handle:
+        handle.write(b"Charles Babbage was born in London.")
+    code, out, err = run(capsys, "index", docs, "--out", tmp_path / "idx", "--embedder", "test-hash", "--json")
+    assert code == 0, err
+    rows = [json.loads(line) for line in (tmp_path / "idx" / "passages.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert sorted(row["source"] for row in rows) == ["a.txt#0", "caf\\xe9-notes.txt#0"]
+    code, out, err = run(capsys, "index", "--add", docs, "--into", tmp_path / "idx", "--embedder", "test-hash")
+    assert code == 0 and "0 new or changed, 2 unchanged" in out, err
+    code, out, err = run(capsys, "index", "--delete", os.fsdecode(odd), "--into", tmp_path / "idx", "--embedder", "test-hash")
+    assert code == 0, err
+    assert [json.loads(line)["source"] for line in (tmp_path / "idx" / "passages.jsonl").read_text().splitlines()] == ["a.txt#0"]
+
+
+def pdf_file(objects: list[bytes]) -> bytes:
+    """A PDF of these objects (numbered from 1; 1 is the catalog) with a correct cross-reference table."""
+    import io
+
+    out, offsets = io.BytesIO(), []
+    out.write(b"%PDF-1.4\n")
+    for number, body in enumerate(objects, start=1):
+        offsets.append(out.tell())
+        out.write(b"%d 0 obj\n" % number + body + b"\nendobj\n")
+    table = out.tell()
+    out.write(b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1) + b"".join(b"%010d 00000 n \n" % offset for offset in offsets))
+    out.write(b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, table))
+    return out.getvalue()
+
+
+def page_tree_bomb() -> bytes:
+    """1.6 KB: a page tree whose three levels each name one node 40 times: 64,000 pages."""
+    kids = lambda number: b"[" + b" ".join([b"%d 0 R" % number] * 40) + b"]"  # noqa: E731
+    return pdf_file([b"<< /Type /Catalog /Pages 2 0 R >>",
+                     b"<< /Type /Pages /Kids " + kids(3) + b" /Count 64000 >>",
+                     b"<< /Type /Pages /Kids " + kids(4) + b" /Count 1600 >>",
+                     b"<< /Type /Pages /Kids " + kids(5) + b" /Count 40 >>",
+                     b"<< /Type /Page /MediaBox [0 0 612 792] /Contents 6 0 R /Resources << /Font << /F1 7 0 R >> >> >>",
+                     b"<< /Length 33 >>\nstream\nBT /F1 12 Tf (Bomb page.) Tj ET\nendstream",
+                     b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"])
+
+
+def inflating_pdf(megabytes: float) -> bytes:
+    """A page whose compressed content stream of text operators inflates to `megabytes` MB."""
+    import zlib
+
+    content = zlib.compress(b"BT /F1 12 Tf " + b"(a) Tj " * int(megabytes * 2**20 // 7) + b" ET", 9)
+    return pdf_file([b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+                     b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R /Resources << /Font << /F1 5 0 R >> >> >>",
+                     b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(content) + content + b"\nendstream",
+                     b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"])
+
+
+def test_pdfs_over_their_page_or_text_budget_are_one_line_each_never_a_stall(tmp_path):
+    import time
+
+    from pipeline.documents import Reading, read_folder
+
+    (tmp_path / "a.txt").write_text("Ada Lovelace was a mathematician.")
+    (tmp_path / "pages.pdf").write_bytes(page_tree_bomb())
+    (tmp_path / "text.pdf").write_bytes(inflating_pdf(40))  # 40 MB of "(a) Tj": read, it took minutes
+    assert len((tmp_path / "pages.pdf").read_bytes()) < 2048 and len((tmp_path / "text.pdf").read_bytes()) < 200_000
+    lines, started = [], time.perf_counter()
+    read = read_folder(tmp_path, log=lines.append)
+    seconds = time.perf_counter() - started
+    assert sorted(read.files) == ["a.txt"] and seconds < 20, seconds
+    assert lines == [f"{tmp_path / 'pages.pdf'}: skipped: a PDF of more than 2000 pages, over the page budget (index.max_pdf_pages)",
+                     f"{tmp_path / 'text.pdf'}: skipped: a PDF of more than 32 MB of page content to read, over the text budget (index.max_pdf_text_mb)"]
+    # within its budgets a PDF is read whole
+    (tmp_path / "small.pdf").write_bytes(inflating_pdf(0.1))
+    assert "small.pdf" in read_folder(tmp_path, log=lambda line: None).files
+    lines = []
+    assert "small.pdf" not in read_folder(tmp_path, Reading(max_pdf_text_mb=0.05), log=lines.append).files
+    assert f"{tmp_path / 'small.pdf'}: skipped: a PDF of more than 0.05 MB of page content to read, over the text budget (index.max_pdf_text_mb)" in lines
+
+
+def test_a_file_over_the_size_budget_is_skipped_with_one_line(tmp_path, capsys):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.txt").write_text("Ada Lovelace was a mathematician.")
+    (docs / "big.txt").write_text("Charles Babbage was born in London. " * 40_000)
+    code, out, _ = run(capsys, "index", docs, "--out", tmp_path / "idx", "--embedder", "test-hash", "--max-file-mb", "1")
+    assert code == 0 and f"{docs / 'big.txt'}: skipped: 1.4 MB, over the budget of 1 MB a file (index.max_file_mb)" in out
+
+
+# --- recorded calls, --delete, outputs, the embedder, odd questions ------------------------------------------
+def test_a_record_of_newlines_is_refused_in_bounded_memory(tmp_path):
+    """310 KB of gzip'd newlines (320 MB inflated) under the 1 GiB cap: refused at its first empty
+    line, in a few MB; read whole, it took 3.2 GB."""
+    import gzip
+
+    from pipeline.lm_record import RECORD_FORMAT, RECORD_VERSION
+
+    path = tmp_path / "lm_calls.jsonl.gz"
+    with gzip.open(path, "wb", compresslevel=9) as handle:
+        handle.write(json.dumps({"format": RECORD_FORMAT, "version": RECORD_VERSION, "calls": 1}).encode() + b"\n")
+        for _ in range(320):
+            handle.write(b"\n" * 2**20)
+    script = ("import re, sys; from pipeline.lm_record import read_record\n"
+              "try:\n    read_record(sys.argv[1])\nexcept Exception as error:\n    print(error)\n"  # the peak of this process image (VmHWM)
+              "print(int(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1)) // 1024)")
+    done = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).parent.parent)
+    message, peak_mb = done.stdout.strip().splitlines()
+    assert message == f"{path}: line 2 is not JSON (it is empty)" and int(peak_mb) < 400, done.stdout + done.stderr
+
+
+def test_delete_resolves_a_name_against_the_index_folder_and_refuses_an_ambiguous_one(tmp_path, capsys, monkeypatch):
+    docs, elsewhere = tmp_path / "docs", tmp_path / "elsewhere"
+    docs.mkdir()
+    elsewhere.mkdir()
+    (docs / "a.txt").write_text("Ada Lovelace was a mathematician.")
+    (docs / "b.txt").write_text("Charles Babbage was born in London.")
+    (elsewhere / "b.txt").write_text("Another b.txt, of another folder.")
+    assert run(capsys, "index", docs, "--out", tmp_path / "idx", "--embedder", "test-hash")[0] == 0
+    monkeypatch.chdir(elsewhere)
+    code, _, err = run(capsys, "index", "--delete", "b.txt", "--into", tmp_path / "idx", "--embedder", "test-hash")
+    assert code == 2 and one_line(err) == (f"b.txt: names {elsewhere / 'b.txt'} here and also 1 document(s) of the index's folder "
+                                           f"{docs}; give the full path of the one you mean")
+    assert len((tmp_path / "idx" / "passages.jsonl").read_text().splitlines()) == 2  # nothing deleted
+    code, _, err = run(capsys, "index", "--delete", "a.txt", "--into", tmp_path / "idx", "--embedder", "test-hash")  # not here: the index's
+    assert code == 0, err
+    assert [json.loads(line)["source"] for line in (tmp_path / "idx" / "passages.jsonl").read_text().splitlines()] == ["b.txt#0"]
+
+
+def test_outputs_never_replace_a_file_the_project_did_not_write(files, capsys):
+    bashrc = files / "bashrc"
+    bashrc.write_text("export PATH=$HOME/bin:$PATH\n")
+    code, _, err = run(capsys, "sweep", "--questions", files / "questions.json", "--corpus", files / "corpus.json",
+                       "--embedder", "test-hash", "--best-out", bashrc, "--trials", "1", "--no-track")
+    assert code == 2 and one_line(err) == (f"--best-out {bashrc}: exists and is not a sweep's best config; this command replaces "
+                                           "only an earlier one of its own (name a new file, or remove that one yourself)")
+    code, _, err = run(capsys, "compile", "--questions", files / "questions.json", "--corpus", files / "corpus.json",
+                       "--embedder", "test-hash", "--out", bashrc, "--no-track")
+    assert code == 2 and one_line(err).startswith(f"--out {bashrc}: exists and is not a compiled program; ")
+    assert bashrc.read_text() == "export PATH=$HOME/bin:$PATH\n"
+
+
+def test_reproduce_loads_no_embedder_folder_the_record_names(files, capsys, tracked):
+    tracked["tamper"](lambda record: record["config"]["index"].update(embedder=str(files)))
+    code, _, err = run(capsys, "reproduce", tracked["run"], "--tracking-uri", tracked["uri"], runtime=tracked["runtime"])
+    assert code == 2 and one_line(err) == (f"run {tracked['run']}: its embedder {str(files)!r} names a folder on disk; reproducing it "
+                                           "would load that folder as a model: check the record, then pass --trust-record")
+
+
+def test_an_embedder_folder_that_is_no_model_is_one_line(files, capsys):
+    code, _, err = run(capsys, "index", files / "corpus.json", "--out", files / "idx", "--embedder", "/etc",
+                       runtime=lambda config: Runtime(config))
+    assert code == 2 and one_line(err) == "embedder '/etc': not a sentence-transformers model folder (no modules.json or config.json in it)"
+
+
+def test_a_question_that_is_not_text_is_one_line(served_index, capsys):
+    code, _, err = run(capsys, "ask", served_index, "Who \udcff directed Jaws?", "--embedder", "test-hash")
+    assert code == 2 and one_line(err) == "the question holds '\\udcff' at character 4, which is not text (a lone surrogate or a byte that is not UTF-8)"

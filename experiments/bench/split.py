@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     from experiments.stats import describe_difference, paired_difference
     from pipeline.config import HyperProveConfig
     from pipeline.corpus import load_corpus
-    from pipeline.documents import read_folder
+    from pipeline.documents import Reading, read_folder
     from pipeline.index_store import cached_index
     from pipeline.runtime import Runtime
 
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             folder = Path(scratch)
             write_articles(passages, folder) if layout == "articles" else write_plain(passages, folder, args.per_file)
             started = time.perf_counter()
-            read = read_folder(folder, config.index.passage_words, config.index.passage_overlap, log=lambda line: None)
+            read = read_folder(folder, Reading.of(config.index), log=lambda line: None)
             seconds = time.perf_counter() - started
         originals = originals_of(read.passages, passages, layout)
         unmapped = sum(not held for held in originals)
