@@ -127,9 +127,9 @@ def cmd_reproduce(args, make_runtime) -> dict:
 
 
 def cmd_serve(args, make_runtime) -> dict:
-    from pipeline.server import serve
+    from pipeline.server import serve, served_config
 
-    config = build_config(args)
+    config = served_config(build_config(args))
     return serve(config, args.index, args.host, args.port, args.allow_remote, make_runtime(config))
 
 

@@ -382,7 +382,7 @@ class OverBudget(ValueError):
 
 def pdf_page_count(reader, budget: int) -> int:
     """The pages of a PDF's page tree, counted without expanding it past `budget`: a tree that
-    names one subtree many times (40 x 40 x 40 kids is 64,000 pages in 1.6 KB), or loops, is
+    names one subtree many times (40 x 40 x 40 kids is 64,000 pages in 1.4 KB), or loops, is
     refused before pypdf lists its pages."""
     stack, pages, nodes = [reader.trailer["/Root"]["/Pages"]], 0, 0
     while stack:

@@ -247,6 +247,14 @@ def message(event: str, data: dict) -> str:
     return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
 
 
+def served_config(config):
+    """The config a server answers with: an LM request gets `SERVE_TIMEOUT` s and `SERVE_RETRIES`
+    retries unless the config says otherwise (a person waits on each question). The runtime a
+    caller hands `serve` must be made from this config."""
+    return config.with_overrides(lm={"timeout": config.lm.timeout or SERVE_TIMEOUT,
+                                     "retries": SERVE_RETRIES if config.lm.retries is None else config.lm.retries})
+
+
 def serve(config, index_directory: str, host: str = "127.0.0.1", port: int = 8000, allow_remote: bool = False, runtime=None,
           log: Callable[[str], None] = print, stop: threading.Event | None = None) -> dict:
     """`hyperprove serve`: load the index and the program once, then serve until Ctrl-C, SIGTERM or
@@ -255,8 +263,7 @@ def serve(config, index_directory: str, host: str = "127.0.0.1", port: int = 800
     from pipeline.serving import Served, check_host, host_names, wait_until_stopped
 
     check_host(host, allow_remote, "questions over this index")
-    config = config.with_overrides(lm={"timeout": config.lm.timeout or SERVE_TIMEOUT,
-                                       "retries": SERVE_RETRIES if config.lm.retries is None else config.lm.retries})
+    config = served_config(config)
     asker = Asker(config, index_directory, runtime)
     places = config.lm.concurrency
     served = Served(make_app(asker, places, hosts=host_names(host)), host, port, "questions", grace=STOP_SECONDS)

@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from experiments.bench.attacks import HangingLM, inflating_pdf, newline_record, page_tree_bomb
+from experiments.bench.postgres import free_port
 from modules.errors import HyperProveError
 from pipeline.cli import main
 from pipeline.runtime import Runtime
@@ -394,14 +396,6 @@ def test_ui_refuses_a_non_loopback_host_without_allow_remote(capsys, tmp_path):
     command, _ = ui_command(TrackingConfig(uri=f"sqlite:///{tmp_path}/m.db"), "0.0.0.0", 5000, allow_remote=True)
     assert command[command.index("--host") + 1] == "0.0.0.0"
     assert ui_command(TrackingConfig(uri=f"sqlite:///{tmp_path}/m.db"), "::1", 5000)[0]  # loopback needs no flag
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def descendants(pid: int) -> list[int]:
@@ -1019,21 +1013,6 @@ def test_a_dead_or_hung_lm_is_given_up_within_the_time_its_settings_state():
 
 
 # --- serve answers only its own page ----------------------------------------------------------------------------
-class HangingLM:
-    """An LM endpoint that accepts connections and never answers."""
-
-    def __init__(self):
-        import socket
-
-        self.socket = socket.socket()
-        self.socket.bind(("127.0.0.1", 0))
-        self.socket.listen(64)
-        self.address = f"http://127.0.0.1:{self.socket.getsockname()[1]}/v1"
-
-    def close(self):
-        self.socket.close()
-
-
 @pytest.fixture
 def served_index(files, capsys):
     code, _, _ = run(capsys, "index", files / "corpus.json", "--out", files / "idx", "--embedder", "test-hash")
@@ -1432,44 +1411,6 @@ def test_a_file_name_that_is_not_utf8_is_indexed_updated_and_deleted(tmp_path, c
     assert [json.loads(line)["source"] for line in (tmp_path / "idx" / "passages.jsonl").read_text().splitlines()] == ["a.txt#0"]
 
 
-def pdf_file(objects: list[bytes]) -> bytes:
-    """A PDF of these objects (numbered from 1; 1 is the catalog) with a correct cross-reference table."""
-    import io
-
-    out, offsets = io.BytesIO(), []
-    out.write(b"%PDF-1.4\n")
-    for number, body in enumerate(objects, start=1):
-        offsets.append(out.tell())
-        out.write(b"%d 0 obj\n" % number + body + b"\nendobj\n")
-    table = out.tell()
-    out.write(b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1) + b"".join(b"%010d 00000 n \n" % offset for offset in offsets))
-    out.write(b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, table))
-    return out.getvalue()
-
-
-def page_tree_bomb() -> bytes:
-    """1.6 KB: a page tree whose three levels each name one node 40 times: 64,000 pages."""
-    kids = lambda number: b"[" + b" ".join([b"%d 0 R" % number] * 40) + b"]"  # noqa: E731
-    return pdf_file([b"<< /Type /Catalog /Pages 2 0 R >>",
-                     b"<< /Type /Pages /Kids " + kids(3) + b" /Count 64000 >>",
-                     b"<< /Type /Pages /Kids " + kids(4) + b" /Count 1600 >>",
-                     b"<< /Type /Pages /Kids " + kids(5) + b" /Count 40 >>",
-                     b"<< /Type /Page /MediaBox [0 0 612 792] /Contents 6 0 R /Resources << /Font << /F1 7 0 R >> >> >>",
-                     b"<< /Length 33 >>\nstream\nBT /F1 12 Tf (Bomb page.) Tj ET\nendstream",
-                     b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"])
-
-
-def inflating_pdf(megabytes: float) -> bytes:
-    """A page whose compressed content stream of text operators inflates to `megabytes` MB."""
-    import zlib
-
-    content = zlib.compress(b"BT /F1 12 Tf " + b"(a) Tj " * int(megabytes * 2**20 // 7) + b" ET", 9)
-    return pdf_file([b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-                     b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R /Resources << /Font << /F1 5 0 R >> >> >>",
-                     b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(content) + content + b"\nendstream",
-                     b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"])
-
-
 def test_pdfs_over_their_page_or_text_budget_are_one_line_each_never_a_stall(tmp_path):
     import time
 
@@ -1506,18 +1447,9 @@ def test_a_file_over_the_size_budget_is_skipped_with_one_line(tmp_path, capsys):
 def test_a_record_of_newlines_is_refused_in_bounded_memory(tmp_path):
     """310 KB of gzip'd newlines (320 MB inflated) under the 1 GiB cap: refused at its first empty
     line, in a few MB; read whole, it took 3.2 GB."""
-    import gzip
-
-    from pipeline.lm_record import RECORD_FORMAT, RECORD_VERSION
-
-    path = tmp_path / "lm_calls.jsonl.gz"
-    with gzip.open(path, "wb", compresslevel=9) as handle:
-        handle.write(json.dumps({"format": RECORD_FORMAT, "version": RECORD_VERSION, "calls": 1}).encode() + b"\n")
-        for _ in range(320):
-            handle.write(b"\n" * 2**20)
-    script = ("import re, sys; from pipeline.lm_record import read_record\n"
-              "try:\n    read_record(sys.argv[1])\nexcept Exception as error:\n    print(error)\n"  # the peak of this process image (VmHWM)
-              "print(int(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1)) // 1024)")
+    path = newline_record(tmp_path / "lm_calls.jsonl.gz")
+    script = ("import sys; from pipeline.lm_record import read_record; from experiments.bench.attacks import peak_mb\n"
+              "try:\n    read_record(sys.argv[1])\nexcept Exception as error:\n    print(error)\nprint(peak_mb())")
     done = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, timeout=120,
                           cwd=Path(__file__).parent.parent)
     message, peak_mb = done.stdout.strip().splitlines()
@@ -1571,3 +1503,15 @@ def test_an_embedder_folder_that_is_no_model_is_one_line(files, capsys):
 def test_a_question_that_is_not_text_is_one_line(served_index, capsys):
     code, _, err = run(capsys, "ask", served_index, "Who \udcff directed Jaws?", "--embedder", "test-hash")
     assert code == 2 and one_line(err) == "the question holds '\\udcff' at character 4, which is not text (a lone surrogate or a byte that is not UTF-8)"
+
+
+def test_serve_gives_the_runtime_it_answers_with_the_lm_bounds_it_states(served_index, capsys):
+    seen = []
+
+    def runtime(config):
+        seen.append(config.lm)
+        raise HyperProveError("stopped before serving")
+
+    code, _, err = run(capsys, "serve", served_index, "--embedder", "test-hash", "--api-base", "http://127.0.0.1:9/v1", runtime=runtime)
+    assert code == 2 and one_line(err) == "stopped before serving"
+    assert (seen[0].request_timeout, seen[0].request_retries, seen[0].give_up_seconds) == (120, 1, 241)
