@@ -33,9 +33,9 @@ from typing import Callable
 import numpy as np
 import scipy.sparse as sp
 
-from modules.hypergraph import binary_csr
-from modules.retriever import unique_in_order
-from modules.vectors import VectorIndex
+from modules.retrieval.hypergraph import binary_csr
+from modules.retrieval.retriever import unique_in_order
+from modules.retrieval.vectors import VectorIndex
 
 
 def personalized_pagerank(
@@ -181,7 +181,7 @@ class PPRPassageSearch:
 
     @classmethod
     def from_index(cls, index, encode: Callable[[str], np.ndarray], config: PPRConfig | None = None) -> "PPRPassageSearch":
-        """Over a `pipeline.index.HypergraphIndex`: its facts, synonyms and vector indexes."""
+        """Over a `pipeline.index.build.HypergraphIndex`: its facts, synonyms and vector indexes."""
 
         def fact_search(vector: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
             scores, ids = index.fact_index.search(vector, k)

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from modules.errors import HyperProveError
 from modules.facts import Passage
-from modules.references import references
-from pipeline.corpus import json_field, read_json_list
+from modules.lm.references import references
+from pipeline.index.corpus import json_field, read_json_list
 
 
 @dataclass(frozen=True)

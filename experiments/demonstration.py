@@ -19,9 +19,9 @@ DEMO_FACTS = DEMO_DIR / "facts.json"
 def run_demo(config, runtime=None, log: Callable[[str], None] = print) -> dict:
     from experiments.data import load_questions
     from experiments.metrics import exact_match
-    from pipeline.corpus import load_corpus
-    from pipeline.extract import seed_extracted_facts
-    from pipeline.index_store import cached_index
+    from pipeline.index.corpus import load_corpus
+    from pipeline.index.extract import seed_extracted_facts
+    from pipeline.index.store import cached_index
     from pipeline.program import answer_record, format_chain, program_for
     from pipeline.runtime import Runtime
 
@@ -60,8 +60,8 @@ def write_demo_facts(config, runtime=None, log: Callable[[str], None] = print) -
     past DSPy's) and write `experiments/demo/facts.json`."""
     import tempfile
 
-    from pipeline.corpus import load_corpus
-    from pipeline.extract import describe_extraction, make_extractor, write_extracted_facts
+    from pipeline.index.corpus import load_corpus
+    from pipeline.index.extract import describe_extraction, make_extractor, write_extracted_facts
     from pipeline.runtime import Runtime
 
     passages = load_corpus(DEMO_DIR / "corpus.json")

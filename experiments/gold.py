@@ -21,9 +21,9 @@ import numpy as np
 from experiments.data import Question
 from experiments.metrics import mean_percent, recall_at_k
 from modules.errors import HyperProveError
-from modules.references import fill_references
-from modules.retriever import HypergraphRetriever, interleave_passages
-from modules.vectors import VectorIndex
+from modules.lm.references import fill_references
+from modules.retrieval.retriever import HypergraphRetriever, interleave_passages
+from modules.retrieval.vectors import VectorIndex
 
 
 def gold_sub_queries(question: Question) -> list[str]:

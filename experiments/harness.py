@@ -24,12 +24,12 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from experiments.data import Question
-from experiments.failures import failure_summary, failure_table, page_link
 from experiments.gold import DensePassageSearch, evaluate_ranker, gold_sub_queries, hyperprove_chain
 from experiments.metrics import per_type
+from experiments.runs.failures import failure_summary, failure_table, page_link
 from modules.errors import HyperProveError
-from modules.retriever import interleave_passages
-from modules.steps import EVIDENCE_PASSAGES
+from modules.lm.predictors import EVIDENCE_PASSAGES
+from modules.retrieval.retriever import interleave_passages
 
 # name -> what it is (the CLI help and the report print these)
 SYSTEMS = {
@@ -90,7 +90,7 @@ class Workbench:
     @cached_property
     def index(self):
         """The hypergraph index, checked to be built from this run's corpus."""
-        from pipeline.index import corpus_checksum
+        from pipeline.index.build import corpus_checksum
 
         index = self._load_index()
         checksum = corpus_checksum(self.passages)
@@ -108,7 +108,7 @@ class Workbench:
         if self.needs_index:
             passage_index = self.index.passage_index
         else:
-            from modules.vectors import VectorIndex
+            from modules.retrieval.vectors import VectorIndex
 
             vectors = self.embedder.encode([p.titled_text for p in self.passages], progress="embed passages")
             passage_index = VectorIndex.build(vectors, exact_max=self.config.index.exact_search_max)
@@ -150,6 +150,20 @@ class Workbench:
         return self._prepare_reader(PassageReader(search, self.passages, EVIDENCE_PASSAGES, choose=self.config.program.choose_options))
 
 
+def make_workbench(config, passages, embedder, load_index: Callable | None, needs_index: bool, index_label: str):
+    """The `Workbench` of an evaluation: with the LM, programs over its index's retriever and
+    readers with the compiled prompts loaded (a Ray worker builds the same one)."""
+    from pipeline.program import load_compiled, program_for
+
+    with_lm = config.evaluation.decomposition == "lm"
+    return Workbench(
+        passages, config, embedder, load_index,
+        make_program=(lambda index: program_for(index.retriever(config.retriever, embedder.encode_query), config)) if with_lm else None,
+        prepare_reader=lambda module: load_compiled(module, config.program.compiled),
+        needs_index=needs_index, index_label=index_label,
+    )
+
+
 @dataclass
 class SystemResult:
     name: str
@@ -177,7 +191,7 @@ def evaluate_systems(
     `finished` (an interrupted run's) are taken as they are; `on_result` sees the results so far
     after each system, so a long run can keep them; every question that calls the LM runs in
     `trace(question, system)` (`Runtime.question_trace`) when one is given. `answer` answers the
-    LM systems' questions elsewhere (`experiments.distributed.RayAnswerer`); by default, here."""
+    LM systems' questions elsewhere (`experiments.runs.distributed.RayAnswerer`); by default, here."""
     from experiments.qa import evaluate_program
 
     if decomposition not in ("gold", "lm"):
@@ -322,7 +336,7 @@ def type_table(typed: Sequence[dict], score: str) -> list[str]:
 
 def lm_steps_tables(summaries: Sequence[dict]) -> str:
     """Per system that called the LM, what each step cost per question (means)."""
-    from pipeline.lm_profile import profile_table
+    from pipeline.lm.profile import profile_table
 
     sections = [f"\n## {summary['system']}: LM steps, per question\n\n" + profile_table(summary["lm_steps"])
                 + (f"\n{summary['lm_cache_hits']} calls came from DSPy's cache, so seconds understate the LM's cost.\n" if summary.get("lm_cache_hits") else "")
@@ -332,9 +346,9 @@ def lm_steps_tables(summaries: Sequence[dict]) -> str:
 
 def write_results(directory: str | Path, header: dict, results: dict[str, SystemResult], record=None) -> dict[str, Path]:
     """results.md (the table), results.json (header + summaries), predictions.json (rows), and with
-    `record` (a `pipeline.lm_record.CallRecord`) the LM calls, named in results.json; atomically."""
+    `record` (a `pipeline.lm.record.CallRecord`) the LM calls, named in results.json; atomically."""
     from pipeline.files import atomic_write_bytes, atomic_write_json
-    from pipeline.lm_record import RECORD_FILE
+    from pipeline.lm.record import RECORD_FILE
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)

@@ -18,11 +18,11 @@ from experiments.data import Question
 from experiments.metrics import exact_match, f1_score, mean_percent, recall_at_k
 from modules.errors import HyperProveError
 from modules.facts import Passage
-from modules.steps import AnswerGenerator, evidence_line
-from pipeline.lm import LM_UNAVAILABLE
-from pipeline.lm_record import asking
-from pipeline.pages import reached_passages
+from modules.lm.predictors import AnswerGenerator, evidence_line
+from pipeline.lm.record import asking
+from pipeline.lm.session import LM_UNAVAILABLE
 from pipeline.runtime import no_trace
+from pipeline.serve.pages import reached_passages
 
 
 class PassageReader(dspy.Module):
@@ -101,10 +101,10 @@ def evaluate_program(
 def answer_row(question: Question, program: Callable[[str], dspy.Prediction], lm_usage: Callable[[], dict] = dict,
                ks: Sequence[int] = (2, 5), trace: Callable | None = None, system: str = "hyperprove") -> dict:
     """One question's row: answer, ranked passages, chain, EM/F1, Recall@k, seconds, and what the
-    LM steps cost (`lm_usage()` is a `pipeline.lm_profile.LMProfile` snapshot: step -> StepCost).
+    LM steps cost (`lm_usage()` is a `pipeline.lm.profile.LMProfile` snapshot: step -> StepCost).
     `trace(question, system)` (`Runtime.question_trace`) is the context the question runs in: its
     MLflow trace, tagged with the question's gold and scores."""
-    from pipeline.lm_profile import profile_delta
+    from pipeline.lm.profile import profile_delta
 
     usage_before, started = lm_usage(), time.perf_counter()
     row = {"id": question.id, "question": question.question, "gold_answer": question.answer}

@@ -25,7 +25,7 @@ import dspy
 from experiments.data import Question
 from experiments.metrics import f1_score
 from modules.errors import HyperProveError
-from modules.references import fill_references, references
+from modules.lm.references import fill_references, references
 from pipeline.config import CompileConfig
 
 Grade = Callable[[dspy.Example, dspy.Prediction], tuple[float, str]]
@@ -249,11 +249,11 @@ def run_compile(config, runtime=None, log: Callable[[str], None] = print) -> dic
     its record (`<out>.record.json`, how it was made), and log one MLflow run."""
     from experiments.data import load_questions
     from experiments.harness import timestamp
-    from optimize.tracking import active_run_id, tracked_run
-    from pipeline.corpus import load_corpus
+    from experiments.runs.tracking import active_run_id, tracked_run
     from pipeline.files import atomic_write_json, check_own_file, sha256_file
-    from pipeline.index_store import cached_index
-    from pipeline.lm import make_lm
+    from pipeline.index.corpus import load_corpus
+    from pipeline.index.store import cached_index
+    from pipeline.lm.session import make_lm
     from pipeline.program import program_for
     from pipeline.provenance import git_state
     from pipeline.runtime import Runtime
@@ -313,5 +313,5 @@ def record_path(program: Path) -> Path:
 
 
 def calls_path(program: Path) -> Path:
-    """Where the LM calls that compiled a program lie: beside it, as `pipeline.lm_record` writes them."""
+    """Where the LM calls that compiled a program lie: beside it, as `pipeline.lm.record` writes them."""
     return Path(program).with_suffix(".lm_calls.jsonl.gz")

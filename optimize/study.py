@@ -42,7 +42,7 @@ from modules.config import tunable_type
 from modules.errors import HyperProveError, first_line
 from pipeline.config import SweepConfig
 from pipeline.files import process_alive
-from pipeline.tracing import make_sqlite_folder
+from pipeline.traces import make_sqlite_folder
 
 HEARTBEAT_SECONDS = 30  # a running trial writes a heartbeat this often ...
 GRACE_SECONDS = 90  # ... and is failed as stale when its last one is older than this

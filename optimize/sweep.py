@@ -66,11 +66,11 @@ def run_sweep(config: HyperProveConfig, runtime=None, log: Callable[[str], None]
     from experiments.data import load_questions
     from experiments.gold import evaluate_ranker, hyperprove_chain
     from experiments.harness import timestamp
+    from experiments.runs.tracking import active_run_id, metric_name, tracked_run, worker_tags
     from optimize import study as studies
-    from optimize.tracking import active_run_id, metric_name, tracked_run, worker_tags
-    from pipeline.corpus import load_corpus
     from pipeline.files import atomic_directory, atomic_write_json, check_own_file, check_replaceable
-    from pipeline.index_store import cached_index
+    from pipeline.index.corpus import load_corpus
+    from pipeline.index.store import cached_index
     from pipeline.program import program_for
     from pipeline.provenance import git_state
     from pipeline.runtime import Runtime

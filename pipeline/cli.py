@@ -71,7 +71,7 @@ def build_config(args: argparse.Namespace) -> HyperProveConfig:
 
 # --- the commands: config -> one call -----------------------------------------------------------------
 def cmd_index(args, make_runtime) -> dict:
-    from pipeline.index_commands import add_to_index, delete_from_index, index_corpus
+    from pipeline.index.commands import add_to_index, delete_from_index, index_corpus
 
     config = build_config(args)
     if args.add or args.delete:
@@ -112,35 +112,35 @@ def cmd_demo(args, make_runtime) -> dict:
 
 
 def cmd_evaluate(args, make_runtime) -> dict:
-    from experiments.evaluate import run_evaluation
-    from optimize.tracking import evaluation_tracker
+    from experiments.runs.evaluate import run_evaluation
+    from experiments.runs.tracking import evaluation_tracker
 
     config = build_config(args)
     return run_evaluation(config, make_runtime(config), track=evaluation_tracker(config), make_runtime=make_runtime)
 
 
 def cmd_reproduce(args, make_runtime) -> dict:
-    from optimize.reproduce import reproduce
+    from experiments.runs.reproduce import reproduce
 
     return reproduce(args.source, build_config(args).tracking, args.out, getattr(args, TOP_LEVEL), args.trust_record, make_runtime,
                      live=args.live)
 
 
 def cmd_serve(args, make_runtime) -> dict:
-    from pipeline.server import serve, served_config
+    from pipeline.serve.server import serve, served_config
 
     config = served_config(build_config(args))
     return serve(config, args.index, args.host, args.port, args.allow_remote, make_runtime(config))
 
 
 def cmd_serve_lm(args, make_runtime) -> dict:
-    from pipeline.local_model import serve_local_model
+    from pipeline.lm.local import serve_local_model
 
     return serve_local_model(build_config(args).lm, args.host, args.port, args.allow_remote)
 
 
 def cmd_ui(args, make_runtime) -> dict:
-    from optimize.tracking import serve_ui
+    from experiments.runs.tracking import serve_ui
 
     return serve_ui(build_config(args).tracking, args.host, args.port, args.allow_remote)
 
@@ -421,7 +421,7 @@ def main(argv: list[str] | None = None, make_runtime: Callable | None = None) ->
 
         if not isinstance(error, LMError) and type(error).__module__.split(".")[0] not in LM_ERROR_MODULES:
             raise
-        from pipeline.lm import LM_UNAVAILABLE
+        from pipeline.lm.session import LM_UNAVAILABLE
 
         resume = "; what was answered is in the LM cache, so the same command resumes" if isinstance(error, LM_UNAVAILABLE) else ""
         print(f"error: the LM failed ({type(error).__name__}): {first_line(error, 300)}{resume}", file=sys.stderr)

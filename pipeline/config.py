@@ -22,7 +22,7 @@ from modules.errors import HyperProveError
 from pipeline.files import read_json
 
 DEFAULT_EMBEDDER = "all-MiniLM-L6-v2"
-LOCAL_MODEL_NAME = "qwen2.5-coder-1.5b-instruct-q4_k_m"  # the embedded model (pipeline/lm.py serves it)
+LOCAL_MODEL_NAME = "qwen2.5-coder-1.5b-instruct-q4_k_m"  # the embedded model (pipeline/lm/session.py serves it)
 LOCAL_MODEL_ID = f"local/{LOCAL_MODEL_NAME}"
 
 
@@ -62,7 +62,7 @@ class LMConfig:
     # same prompt gets the same answer; about three times the seconds a question (experiments/FINDINGS.md).
     deterministic: bool = False
     # A results folder (or its lm_calls.jsonl.gz) whose recorded calls answer this run's LM requests
-    # (`pipeline.lm_record`); a request not in it stops the run, unless `live` sends it to the LM.
+    # (`pipeline.lm.record`); a request not in it stops the run, unless `live` sends it to the LM.
     replay: str | None = None
     live: bool = False
 
@@ -158,7 +158,7 @@ class ProgramConfig:
     bridge_rewrite: typing.Literal[tuple(BRIDGE_REWRITES)] = "rule"  # one of BRIDGE_REWRITES: how a sub-question's "#k" become the resolved answers (step 5)
     choose_options: bool = True  # a final answer that is none of the options a question names is asked for again as a choice (every reader)
     fold_identities: bool = False  # sub-questions that only ask who a named thing is ("Who is X?") are dropped, X written where they were referred to
-    compare_by_rule: bool = True  # comparison and same-country questions answered from the hop answers by rule (`modules.question_types`), the reader only when a value does not parse
+    compare_by_rule: bool = True  # comparison and same-country questions answered from the hop answers by rule (`modules.lm.question_types`), the reader only when a value does not parse
     chain_checks: bool = False  # with entity_retries: a decomposition with a step whose answer no later step uses (#k) is asked for again too
     hop_subject: bool = False  # a hop answer that is the hop's own subject, or rests on facts about something else, is asked again, then replaced by a span of the facts naming the subject (a place for "where")
     country_names: bool = True  # with grounded_hops: a hop answer naming a country its facts name by another word ("Austria", "Austrian") counts as in them

@@ -37,7 +37,7 @@ What the program decides where METHOD.md is silent:
   no decomposer call; any other question is decomposed by the LM.
 - Comparisons by rule (`compare_by_rule`): a question that orders two named options by a date,
   a number or the years lived ("Which film came out first, X or Y?"), or asks whether two things
-  are from the same country, is answered from the hop answers (`modules.question_types`) without
+  are from the same country, is answered from the hop answers (`modules.lm.question_types`) without
   the final reader; when a value does not parse, the reader answers and the reason is recorded.
   These two and `country_names` are on (together: 2Wiki train F1 39.8 -> 57.1 with a fifth
   fewer LM calls, FINDINGS); `hop_subject`, `chain_checks` and `last_hop_answers` are off until
@@ -72,10 +72,8 @@ import dspy
 from dspy.utils.exceptions import AdapterParseError
 
 from modules.errors import HyperProveError
-from modules.question_types import Decision, comparison_plan, last_hop_answer, rule_answer
-from modules.references import fill_references
-from modules.retriever import HypergraphRetriever, interleave_passages
-from modules.steps import (
+from modules.lm.checks import fold_identities
+from modules.lm.predictors import (
     EVIDENCE_PASSAGES,
     AnswerGenerator,
     BridgeRewriter,
@@ -84,7 +82,9 @@ from modules.steps import (
     MalformedOutput,
     evidence_line,
 )
-from modules.text_rules import fold_identities
+from modules.lm.question_types import Decision, comparison_plan, last_hop_answer, rule_answer
+from modules.lm.references import fill_references
+from modules.retrieval.retriever import HypergraphRetriever, interleave_passages
 from pipeline.config import ProgramConfig
 
 # What a small model gets wrong: unparseable output, the wrong shape, values that fail validation.
@@ -378,7 +378,7 @@ class Asker:
     `ask`, many (from several threads at once) for `serve`."""
 
     def __init__(self, config, index_directory: str | Path, runtime=None):
-        from pipeline.index_store import load_index
+        from pipeline.index.store import load_index
         from pipeline.runtime import Runtime
 
         self.runtime = runtime or Runtime(config)
@@ -422,10 +422,10 @@ def ask(config, index_directory: str, question: str, runtime=None, log=print, pr
     `profile` what each LM step cost (calls, tokens, tokens from the prompt cache, seconds), with
     `html` writes the chain as an evidence-chain page to that file, and with tracking on logs the
     question as one MLflow trace."""
-    from pipeline.corpus import text_problem
     from pipeline.files import atomic_write_bytes
-    from pipeline.lm_profile import profile_table
-    from pipeline.pages import chain_page
+    from pipeline.index.corpus import text_problem
+    from pipeline.lm.profile import profile_table
+    from pipeline.serve.pages import chain_page
 
     if not question.strip():
         raise HyperProveError("the question is empty")

@@ -41,8 +41,8 @@ class Runtime:
 
     @cached_property
     def session(self):
-        """The `pipeline.lm.LMSession`: the LM, its cache and its call counter."""
-        from pipeline.lm import LMSession
+        """The `pipeline.lm.session.LMSession`: the LM, its cache and its call counter."""
+        from pipeline.lm.session import LMSession
 
         return LMSession(self.config, self._lm)
 
@@ -61,11 +61,11 @@ class Runtime:
 
     @cached_property
     def traces(self):
-        """`pipeline.tracing.QuestionTraces` when tracking and traces are on, else None."""
+        """`pipeline.traces.QuestionTraces` when tracking and traces are on, else None."""
         tracking = self.config.tracking
         if not (tracking.enabled and tracking.traces):
             return None
-        from pipeline.tracing import QuestionTraces
+        from pipeline.traces import QuestionTraces
 
         return QuestionTraces(tracking, self.session.profile)
 
@@ -81,7 +81,7 @@ class Runtime:
     def embedder(self):
         if self._embedder is not None:
             return self._embedder
-        from pipeline.embedder import Embedder
+        from pipeline.index.embedder import Embedder
 
         index = self.config.index
         return Embedder(index.embedder, batch_size=index.batch_size, cache_dir=self.config.cache_dir)

@@ -10,9 +10,9 @@ import pytest
 import scipy.sparse as sp
 
 from modules.facts import Passage
-from modules.hypergraph import Hypergraph, binary_csr
-from modules.retriever import FactTable, HypergraphRetriever, RetrieverConfig
-from modules.vectors import VectorIndex
+from modules.retrieval.hypergraph import Hypergraph, binary_csr
+from modules.retrieval.retriever import FactTable, HypergraphRetriever, RetrieverConfig
+from modules.retrieval.vectors import VectorIndex
 
 # Facts 0-2 in passage 0, facts 3-4 in passage 1, fact 5 alone in passage 2.
 # Entities: a = 0 (facts 0, 1), b = 1 (facts 1, 3), c = 2 (facts 3, 4), d = 3 (fact 5).

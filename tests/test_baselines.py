@@ -66,7 +66,7 @@ QUERY = {"q": np.array([1, 0, 0], dtype=np.float32)}
 
 def test_dense_facts_ranks_passages_by_their_best_fact():
     from experiments.baselines import DenseFactSearch
-    from modules.vectors import VectorIndex
+    from modules.retrieval.vectors import VectorIndex
 
     search = DenseFactSearch(VectorIndex.build(FACT_VECTORS), [0, 1, 2, 3], QUERY.__getitem__, fact_depth=2)
     assert search("q") == [0, 2]  # f0 (cos 1.0), f2 (0.8); f1 (0.6) is beyond the fact depth
@@ -76,7 +76,7 @@ def test_dense_facts_ranks_passages_by_their_best_fact():
 
 def test_entity_expansion_brings_in_every_fact_of_the_matched_entities():
     from experiments.baselines import EntityExpansionSearch
-    from modules.vectors import VectorIndex
+    from modules.retrieval.vectors import VectorIndex
 
     search = EntityExpansionSearch(
         incidence([[0], [0, 1], [2], [2]], 3), FACT_VECTORS, VectorIndex.build(FACT_VECTORS), VectorIndex.build(ENTITY_VECTORS),

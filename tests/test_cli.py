@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from experiments.failures import STAGES
+from experiments.runs.failures import STAGES
 from pipeline.cli import main
 from tests.test_pages import Page
 
@@ -273,8 +273,8 @@ def test_evaluate_with_the_lm_runs_the_program_first_and_reads_every_system(file
     assert queries == ["Who directed Jaws?", "Who was the mother of Steven Spielberg?"]
     # dense-iterative searched those two queries: its passages are their dense rankings interleaved
     from experiments.gold import DensePassageSearch
-    from modules.retriever import interleave_passages
-    from modules.vectors import VectorIndex
+    from modules.retrieval.retriever import interleave_passages
+    from modules.retrieval.vectors import VectorIndex
     from tests.conftest import HashEmbedder
 
     embedder = HashEmbedder()
@@ -467,7 +467,7 @@ def test_compile_decompose_then_evaluate_and_reproduce_with_the_compiled_program
     assert first["traces"] == 1 and (tags["hyperprove.system"], tags["question_id"], tags["em"], tags["gold_answer"]) == ("hyperprove", "q1", "1.0", "2017")
     assert tags["gold_passages"] == "[0, 1, 2]" and tags["gold_reached"] in ("True", "False")
     assert {a.path for a in client.list_artifacts(first["mlflow_run"], "pages/hyperprove")} == {"pages/hyperprove/index.html", "pages/hyperprove/q1.html"}
-    from experiments.report import compiled_program
+    from experiments.runs.report import compiled_program
 
     assert compiled_program(results)[0].startswith(f"Program: `{program}`, compiled by `hyperprove compile` (decompose with bootstrap, "
                                                    "2 training examples, ")

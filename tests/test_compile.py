@@ -162,7 +162,7 @@ def test_the_built_in_demonstrations_stay_ahead_of_the_compiled_ones_when_asked(
     """BootstrapFewShot on two training questions the task LM answers with one hop (below the
     grade, so nothing is bootstrapped): the two gold examples fill the demonstrations instead
     (one labelled, plus the unused bootstrap slot)."""
-    from modules.demos import COMPARISON_DEMOS, DECOMPOSE_DEMOS
+    from modules.lm.demos import COMPARISON_DEMOS, DECOMPOSE_DEMOS
     from optimize.compile import compile_program
     from pipeline.program import HyperProve
 
@@ -212,7 +212,7 @@ def test_with_no_gold_examples_the_teacher_answers_with_the_programs_own_demonst
 def test_a_predictor_no_trace_reached_keeps_its_built_in_demonstrations():
     """The task LM answers with the question whole, below the grade: nothing is bootstrapped and,
     with no gold examples, the optimizer leaves Decompose with no demonstrations; it keeps its own."""
-    from modules.demos import COMPARISON_DEMOS, DECOMPOSE_DEMOS
+    from modules.lm.demos import COMPARISON_DEMOS, DECOMPOSE_DEMOS
     from optimize.compile import compile_program
     from pipeline.program import HyperProve
 

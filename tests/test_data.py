@@ -7,7 +7,7 @@ import pytest
 from experiments.data import Step, load_questions
 from modules.errors import HyperProveError
 from modules.facts import Passage
-from pipeline.corpus import load_corpus
+from pipeline.index.corpus import load_corpus
 
 
 def write(tmp_path, name, value):

@@ -128,7 +128,7 @@ def test_a_ray_node_that_misses_its_start_up_deadline_is_one_line(tmp_path, caps
 
 
 def test_index_on_ray_gives_the_index_one_process_builds_and_resumes_from_the_extraction_cache(cluster, tmp_path, capsys):
-    from pipeline.index_store import load_index
+    from pipeline.index.store import load_index
 
     # each passage's facts: its sentences, its title and the names it holds as entities
     script = {row["text"]: {"entities": [row["title"], *[w for w in ("Steven Spielberg", "Leah Adler", "Ohio River") if w in row["text"]]],

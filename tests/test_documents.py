@@ -7,7 +7,7 @@ import pytest
 
 from modules.errors import HyperProveError
 from pipeline.cli import main
-from pipeline.documents import read_folder, read_html, read_markdown, read_pdf, read_plain, split_text
+from pipeline.index.documents import read_folder, read_html, read_markdown, read_pdf, read_plain, split_text
 from tests.test_cli import Scripted
 
 

@@ -4,8 +4,8 @@ import pytest
 
 from modules.errors import HyperProveError
 from modules.facts import Fact, Passage
-from modules.text_rules import find_entities, resolve_pronoun, split_sentences, subject_name
-from pipeline.extract import SentenceExtractor, make_extractor
+from modules.lm.checks import find_entities, resolve_pronoun, split_sentences, subject_name
+from pipeline.index.extract import SentenceExtractor, make_extractor
 
 
 def test_split_sentences_keeps_abbreviations_and_initials():

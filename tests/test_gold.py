@@ -6,10 +6,10 @@ from experiments.data import Question, Step
 from experiments.gold import DensePassageSearch, evaluate_ranker, gold_sub_queries, hyperprove_chain
 from modules.errors import HyperProveError
 from modules.facts import Passage
-from modules.references import fill_references
-from modules.retriever import RetrieverConfig, interleave_passages
+from modules.lm.references import fill_references
+from modules.retrieval.retriever import RetrieverConfig, interleave_passages
 from pipeline.config import IndexConfig
-from pipeline.index import build_index
+from pipeline.index.build import build_index
 
 CORPUS = [
     Passage("Jaws (film)", "Jaws is a thriller film directed by Steven Spielberg."),

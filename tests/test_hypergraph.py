@@ -5,7 +5,7 @@ import pytest
 from conftest import dense, incidence
 
 from modules.errors import HyperProveError
-from modules.hypergraph import Hypergraph, binary_csr, expand_synonyms
+from modules.retrieval.hypergraph import Hypergraph, binary_csr, expand_synonyms
 
 # T_s by hand: W_s[i,j] = sum over shared entities of 1/D_e + [same passage]/D_d, diagonal
 # removed, rows normalised. D_e = 2 for a, b, c; D_d = 3, 2, 1.

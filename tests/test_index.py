@@ -8,11 +8,11 @@ from conftest import dense
 
 from modules.errors import HyperProveError
 from modules.facts import Passage
-from modules.retriever import RetrieverConfig
-from pipeline import index_store
+from modules.retrieval.retriever import RetrieverConfig
 from pipeline.config import IndexConfig
-from pipeline.index import build_index, normalise_entity, synonym_matrix
-from pipeline.index_store import load_index, save_index
+from pipeline.index import store as index_store
+from pipeline.index.build import build_index, normalise_entity, synonym_matrix
+from pipeline.index.store import load_index, save_index
 
 CORPUS = [
     Passage("Jaws (film)", "Jaws is a 1975 film directed by Steven Spielberg. It was a box-office hit."),
@@ -108,7 +108,7 @@ def test_damaged_file_is_a_one_line_error(built, tmp_path):
 def test_json_lines_read_in_blocks_name_the_bad_line(tmp_path, block):
     """Facts are parsed a block of lines at a time; a text holding U+2028 stays one line, and a
     line that is not JSON (or holds two values) is named by its number whatever the block."""
-    from pipeline.index_store import _jsonl_rows
+    from pipeline.index.store import _jsonl_rows
 
     path = tmp_path / "rows.jsonl"
     rows = [{"text": "one\u2028two"}, {"text": "three"}, {"text": "four"}]
@@ -177,7 +177,7 @@ GROWN = [
 
 
 def test_an_index_grown_by_adding_passages_equals_one_built_on_the_whole_corpus(hash_embedder, tmp_path):
-    from pipeline.index_changes import grow_index
+    from pipeline.index.changes import grow_index
 
     config = IndexConfig(eta=0.7)  # hash vectors: "Spielberg" and "Steven Spielberg" are 1/sqrt(2) = 0.71 apart
     whole = build_index(GROWN, config, hash_embedder, progress=False)
@@ -196,7 +196,7 @@ def test_an_index_grown_by_adding_passages_equals_one_built_on_the_whole_corpus(
     assert grown.info["corpus_sha256"] == whole.info["corpus_sha256"]
     assert [(g["generation"], g["added"], g.get("first_passage_id")) for g in grown.info["generations"]] == [(0, 3, None), (1, 3, 3)]
     assert grown.passage_ids.tolist() == list(range(6)) and grown.surfaces == whole.surfaces
-    from modules.retriever import RetrieverConfig
+    from modules.retrieval.retriever import RetrieverConfig
 
     for query, frontier in [("Who directed Duel?", []), ("Where was the director of Jaws born?", [0]), ("Ohio River", [])]:
         ours = grown.retriever(RetrieverConfig(top_k=3), hash_embedder.encode_query)(query, frontier=frontier)
@@ -205,7 +205,7 @@ def test_an_index_grown_by_adding_passages_equals_one_built_on_the_whole_corpus(
 
 
 def test_an_index_grows_only_with_the_extractor_it_was_built_with(built, hash_embedder):
-    from pipeline.index_changes import grow_index
+    from pipeline.index.changes import grow_index
 
     class Other:
         name = "lm"
@@ -218,8 +218,8 @@ def test_an_index_grows_only_with_the_extractor_it_was_built_with(built, hash_em
 def test_grown_synonyms_equal_a_full_search_even_where_new_names_push_old_pairs_out(seed):
     """Dense clusters (like dates: "2008", "May 2008", ...) give names more near neighbours than
     the lists hold, so a new name can push an old pair out; the full search is the reference."""
-    from modules.vectors import VectorIndex
-    from pipeline.index_changes import grow_synonyms
+    from modules.retrieval.vectors import VectorIndex
+    from pipeline.index.changes import grow_synonyms
 
     rng = np.random.default_rng(seed)
     centres = rng.normal(size=(4, 16))
@@ -258,8 +258,8 @@ def test_an_index_shrunk_by_deleting_passages_equals_one_built_without_them(hash
     """Deleting the restaurant and Duel: "Leah Adler" loses the fact that named it (with an
     accent) and takes the name of her next fact; "Spielberg", "Dennis Weaver" and "Duel" leave,
     and with "Spielberg" its synonym pair with "Steven Spielberg"."""
-    from modules.retriever import RetrieverConfig
-    from pipeline.index_changes import shrink_index
+    from modules.retrieval.retriever import RetrieverConfig
+    from pipeline.index.changes import shrink_index
 
     config = IndexConfig(eta=0.7)
     built = build_index(SHRUNK, config, hash_embedder, progress=False)
@@ -295,7 +295,7 @@ def test_an_index_shrunk_by_deleting_passages_equals_one_built_without_them(hash
 
 
 def test_passage_ids_stay_through_deletions_and_additions(hash_embedder, tmp_path):
-    from pipeline.index_changes import grow_index, shrink_index
+    from pipeline.index.changes import grow_index, shrink_index
 
     config = IndexConfig(eta=0.7)
     index = shrink_index(build_index(GROWN[:4], config, hash_embedder, progress=False), np.array([1]), config, hash_embedder)
@@ -307,7 +307,7 @@ def test_passage_ids_stay_through_deletions_and_additions(hash_embedder, tmp_pat
 
 def test_delete_by_id_or_title_and_again(hash_embedder, tmp_path):
     from pipeline.config import HyperProveConfig
-    from pipeline.index_commands import delete_from_index
+    from pipeline.index.commands import delete_from_index
     from pipeline.runtime import Runtime
 
     config = HyperProveConfig().with_overrides(index={"embedder": "test-hash", "eta": 0.7})
@@ -337,8 +337,8 @@ def test_delete_by_id_or_title_and_again(hash_embedder, tmp_path):
 def test_shrunk_synonyms_equal_a_full_search_where_names_leave_or_change(seed):
     """A name that leaves frees a place in its neighbours' lists for another pair; a renamed one
     moves: the full search of the names left is the reference."""
-    from modules.vectors import VectorIndex
-    from pipeline.index_changes import shrink_synonyms
+    from modules.retrieval.vectors import VectorIndex
+    from pipeline.index.changes import shrink_synonyms
 
     rng = np.random.default_rng(seed)
     centres = rng.normal(size=(4, 16))
@@ -369,7 +369,7 @@ def unit_rows(rng, n: int, dim: int) -> np.ndarray:
 @pytest.mark.parametrize("exact_max, built_on", [(10_000, 3000), (100, 3000), (100, 2500)])
 def test_vector_index_rows_removed_and_replaced_as_in_the_array(exact_max, built_on):
     """Exact, IVF, and IVF with 500 vectors added after it was built (kept in its `added` part)."""
-    from modules.vectors import VectorIndex
+    from modules.retrieval.vectors import VectorIndex
 
     vectors = unit_rows(np.random.default_rng(0), 3000, 16)
     index = VectorIndex.build(vectors[:built_on], exact_max=exact_max)
@@ -389,7 +389,7 @@ def test_vectors_added_to_an_ivf_index_answer_as_one_index_holding_them_all():
     both: the reference is one IVF index on those centroids given every vector."""
     import faiss
 
-    from modules.vectors import VectorIndex
+    from modules.retrieval.vectors import VectorIndex
 
     rng = np.random.default_rng(1)
     vectors = unit_rows(rng, 3500, 16)
@@ -422,9 +422,9 @@ def test_an_ivf_index_grown_keeps_its_added_vectors_in_a_file_beside_it(tmp_path
     from dataclasses import asdict
 
     from experiments.bench.changes import PreparedFacts, RandomVectors
-    from modules.hypergraph import binary_csr
-    from pipeline.index import assemble_index, corpus_checksum
-    from pipeline.index_changes import grow_index
+    from modules.retrieval.hypergraph import binary_csr
+    from pipeline.index.build import assemble_index, corpus_checksum
+    from pipeline.index.changes import grow_index
 
     rng = np.random.default_rng(2)
     n, names = 3000, 700
@@ -459,7 +459,7 @@ def test_an_ivf_index_grown_keeps_its_added_vectors_in_a_file_beside_it(tmp_path
 
 
 def test_rows_kept_and_appended_in_place_or_on_a_copy():
-    from pipeline.index_changes import ROW_CHUNK, appended_rows, kept_rows
+    from pipeline.index.changes import ROW_CHUNK, appended_rows, kept_rows
 
     rng = np.random.default_rng(0)
     vectors = rng.normal(size=(2 * ROW_CHUNK + 5, 3)).astype(np.float32)
@@ -481,8 +481,8 @@ def test_rows_kept_and_appended_in_place_or_on_a_copy():
 def test_the_retrain_rule_builds_a_changed_vector_index_again_when_it_no_longer_fits():
     """IVF lists trained on n vectors serve from n/2 to 2n; past exact_search_max the index
     becomes IVF (and exact again below it), as a fresh build would make it."""
-    from modules.vectors import VectorIndex
-    from pipeline.index_changes import settle_vector_indexes
+    from modules.retrieval.vectors import VectorIndex
+    from pipeline.index.changes import settle_vector_indexes
 
     rng = np.random.default_rng(0)
     pool = rng.normal(size=(7000, 8)).astype(np.float32)
@@ -511,7 +511,7 @@ def test_a_deletion_numbers_entities_as_a_build_would_even_within_one_fact(hash_
     """Cincinnati was named first (by the restaurant); with it and Jaws deleted, Steven
     Spielberg and Cincinnati are both first named by "Steven Spielberg is a director born in
     Cincinnati.", in that order: a build numbers Spielberg first, though his old id is higher."""
-    from pipeline.index_changes import shrink_index
+    from pipeline.index.changes import shrink_index
 
     corpus = [Passage("Milky Way (restaurant)", "Léah Adler ran the Milky Way restaurant in Cincinnati."), *GROWN]
     config = IndexConfig(eta=0.7)

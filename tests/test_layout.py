@@ -1,38 +1,43 @@
 """The house rules a newcomer relies on: what each folder may import, and the public face."""
 
-import ast
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from experiments.tools import house
+
 ROOT = Path(__file__).resolve().parents[1]
-FOLDERS = ("modules", "pipeline", "experiments", "optimize")
-# folder -> the folders it must not import (the command line, pipeline/cli.py, is the one shell over all)
-FORBIDDEN = {"modules": {"pipeline", "experiments", "optimize"}, "pipeline": {"experiments", "optimize"}, "experiments": {"optimize"}}
 
 
-def imported_folders(path: Path) -> set[str]:
-    """The project folders a file imports, at the top or inside a function."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else \
-            [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else []
-        found |= {name.split(".")[0] for name in names if name.split(".")[0] in FOLDERS}
-    return found
+def test_no_folder_imports_one_above_it_and_no_module_imports_in_a_circle():
+    graph = house.import_graph()
+    assert "pipeline.index.build" in graph and "pipeline.lm.session" in graph["pipeline.runtime"]
+    assert house.upward(graph) == []
+    assert house.circles(graph) == []
 
 
-@pytest.mark.parametrize("folder", sorted(FORBIDDEN))
-def test_no_folder_imports_one_above_it(folder):
-    breaches = {str(path.relative_to(ROOT)): sorted(imported_folders(path) & FORBIDDEN[folder])
-                for path in sorted((ROOT / folder).rglob("*.py")) if path.name != "cli.py" or folder != "pipeline"}
-    assert {path: folders for path, folders in breaches.items() if folders} == {}
+def write_tree(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
 
 
-def test_the_rule_sees_imports_inside_functions(tmp_path):
-    (tmp_path / "f.py").write_text("import os\n\ndef f():\n    from optimize.tracking import connect\n    import experiments.data\n")
-    assert imported_folders(tmp_path / "f.py") == {"optimize", "experiments"}
+def test_the_rules_see_imports_inside_functions_relative_imports_and_circles(tmp_path):
+    write_tree(tmp_path, {
+        "modules/__init__.py": "", "modules/a.py": "import os\n\ndef f():\n    from optimize.x import run\n",
+        "modules/b.py": "from . import c\n", "modules/c.py": "from modules.b import thing\n",
+        "pipeline/__init__.py": "", "pipeline/cli.py": "import optimize.x\n", "pipeline/lm/__init__.py": "",
+        "pipeline/lm/s.py": "from ..cli import main\nimport experiments.data\n",
+        "optimize/__init__.py": "", "optimize/x.py": "from modules import a\n", "experiments/__init__.py": "",
+        "experiments/data.py": "",
+    })
+    graph = house.import_graph(tmp_path)
+    assert graph["modules.a"] == {"optimize.x"} and graph["pipeline.lm.s"] == {"pipeline.cli", "experiments.data"}
+    # the command line may reach every folder; nothing else goes up a layer
+    assert house.upward(graph) == [("modules.a", "optimize.x"), ("pipeline.lm.s", "experiments.data")]
+    assert house.circles(graph) == [["modules.a", "optimize.x"], ["modules.b", "modules.c"]]
 
 
 def test_the_public_face_names_what_a_user_needs_and_loads_nothing_heavy():
@@ -44,7 +49,7 @@ def test_the_public_face_names_what_a_user_needs_and_loads_nothing_heavy():
     assert {"HyperProveConfig", "Runtime", "load_corpus", "build_index", "load_index", "grow_index", "shrink_index",
             "HyperProve", "HypergraphRetriever", "ask", "HyperProveError"} <= set(names)
     import pipeline
-    from pipeline.index import build_index
+    from pipeline.index.build import build_index
     from pipeline.program import HyperProve
 
     assert pipeline.build_index is build_index and pipeline.HyperProve is HyperProve

@@ -10,9 +10,9 @@ import pytest
 
 from modules.errors import HyperProveError
 from pipeline.config import LMConfig
-from pipeline.lm import make_lm
-from pipeline.lm_profile import LMProfile, StepCost, profile_delta, profile_table, step_of
-from pipeline.local_model import local_model_path, part_paths
+from pipeline.lm.local import local_model_path, part_paths
+from pipeline.lm.profile import LMProfile, StepCost, profile_delta, profile_table, step_of
+from pipeline.lm.session import make_lm
 
 
 @pytest.fixture
@@ -78,8 +78,8 @@ def test_lm_config_checks_its_fields():
 def test_a_call_that_dspys_cache_answered_is_a_cache_hit_and_a_call_without_usage_is_not(tmp_path, monkeypatch):
     """DSPy 3.4 leaves the same empty usage on the history entry of a cache hit and of a provider
     that reports none (a scripted LM): the watched cache lookup tells them apart, per thread."""
-    from pipeline.lm import configure_lm_cache
-    from pipeline.lm_profile import CacheLookups
+    from pipeline.lm.profile import CacheLookups
+    from pipeline.lm.session import configure_lm_cache
 
     monkeypatch.setattr(dspy, "cache", dspy.cache)  # put back after the test
     lookups = configure_lm_cache(tmp_path)  # the real DSPy cache, watched
@@ -140,8 +140,8 @@ def test_the_lean_adapter_moves_the_format_reminder_into_the_system_message():
     from dspy.utils import DummyLM
 
     from modules.facts import ScoredFact
-    from modules.steps import HopAnswerer
-    from pipeline.adapters import LeanChatAdapter, make_adapter
+    from modules.lm.predictors import HopAnswerer
+    from pipeline.lm.adapters import LeanChatAdapter, make_adapter
 
     fact = ScoredFact(id=7, text="Jaws was directed by Steven Spielberg.", passage=0, title="Jaws (film)", cos=1, struct=0, score=1)
     reminder = "Respond with the corresponding output fields, starting with the field `[[ ## answer ## ]]`"
@@ -164,8 +164,8 @@ def test_the_prefilled_adapter_starts_the_reply_and_stops_where_the_fields_end()
     from dspy.utils import DummyLM
 
     from modules.facts import ScoredFact
-    from modules.steps import AnswerGenerator, HopAnswerer
-    from pipeline.adapters import PrefilledChatAdapter, make_adapter
+    from modules.lm.predictors import AnswerGenerator, HopAnswerer
+    from pipeline.lm.adapters import PrefilledChatAdapter, make_adapter
 
     fact = ScoredFact(id=7, text="Jaws was directed by Steven Spielberg.", passage=0, title="Jaws (film)", cos=1, struct=0, score=1)
     prompts = {}
@@ -199,8 +199,8 @@ def test_the_lean_prefilled_adapter_sends_the_lean_request_with_the_reply_begun(
     from dspy.utils import DummyLM
 
     from modules.facts import ScoredFact
-    from modules.steps import HopAnswerer
-    from pipeline.adapters import LeanChatAdapter, PrefilledChatAdapter, make_adapter
+    from modules.lm.predictors import HopAnswerer
+    from pipeline.lm.adapters import LeanChatAdapter, PrefilledChatAdapter, make_adapter
 
     fact = ScoredFact(id=7, text="Jaws was directed by Steven Spielberg.", passage=0, title="Jaws (film)", cos=1, struct=0, score=1)
     seen = {}
@@ -211,8 +211,8 @@ def test_the_lean_prefilled_adapter_sends_the_lean_request_with_the_reply_begun(
         seen[name] = lm.history[-1]
     adapter = make_adapter("lean-prefilled")
     assert isinstance(adapter, LeanChatAdapter) and isinstance(adapter, PrefilledChatAdapter)
-    from pipeline.adapters import ADAPTER_CLASSES
     from pipeline.config import ADAPTERS
+    from pipeline.lm.adapters import ADAPTER_CLASSES
 
     assert list(ADAPTER_CLASSES) == list(ADAPTERS)  # every name the config accepts has its class, and no other
     # the lean request (reminder in the system message), then the reply begun; stopped at the completed marker
@@ -228,10 +228,10 @@ def test_smoke_the_local_model_runs_the_steps_and_the_program():
     with the built-in demos is asserted exactly; the decomposition may or may not come out right,
     so for the whole program only that it runs to an answer."""
     from modules.facts import Passage, ScoredFact
-    from modules.retriever import RetrieverConfig
-    from modules.steps import BridgeRewriter, HopAnswerer
+    from modules.lm.predictors import BridgeRewriter, HopAnswerer
+    from modules.retrieval.retriever import RetrieverConfig
     from pipeline.config import IndexConfig
-    from pipeline.index import build_index
+    from pipeline.index.build import build_index
     from pipeline.program import HyperProve
     from tests.conftest import HashEmbedder
 
@@ -265,8 +265,8 @@ def test_the_lm_cache_keeps_completions_as_json_rows_across_processes(tmp_path, 
     import json
     import sqlite3
 
-    from pipeline.lm import configure_lm_cache
-    from pipeline.lm_cache import STORE_FILE
+    from pipeline.lm.cache import STORE_FILE
+    from pipeline.lm.session import configure_lm_cache
 
     monkeypatch.setattr(dspy, "cache", dspy.cache)
     configure_lm_cache(tmp_path)
@@ -286,7 +286,7 @@ def test_the_lm_cache_keeps_completions_as_json_rows_across_processes(tmp_path, 
 def test_the_deterministic_local_model_computes_every_prompt_whole(monkeypatch, deterministic, extra):
     """With `deterministic`, every request to the embedded server turns its prompt cache off (a
     cached prefix is computed in another batch shape, which can flip a greedy choice)."""
-    from pipeline import lm as lm_module
+    from pipeline.lm import session as lm_module
 
     monkeypatch.setattr(lm_module.LocalServer, "get", classmethod(lambda cls, config: SimpleNamespace(address="http://127.0.0.1:9")))
     local = make_lm(LMConfig(deterministic=deterministic))

@@ -7,8 +7,8 @@ from dspy.utils import DummyLM
 
 from modules.facts import Fact, Passage
 from pipeline.config import IndexConfig
-from pipeline.extract import LMExtractor, SentenceExtractor, make_extractor
-from pipeline.index import build_index
+from pipeline.index.build import build_index
+from pipeline.index.extract import LMExtractor, SentenceExtractor, make_extractor
 
 PASSAGES = [
     Passage("Jaws (film)", "Jaws is a 1975 film. It was directed by Steven Spielberg."),
@@ -105,7 +105,7 @@ def test_the_index_manifest_records_the_lm_extraction(tmp_path, hash_embedder):
 
 def test_shipped_facts_seed_the_cache_of_the_lm_that_made_them_and_no_other(tmp_path):
     from modules.errors import HyperProveError
-    from pipeline.extract import seed_extracted_facts, write_extracted_facts
+    from pipeline.index.extract import seed_extracted_facts, write_extracted_facts
 
     extractor(tmp_path, GOOD).extract(PASSAGES)
     shipped = write_extracted_facts(tmp_path / "facts.json", PASSAGES, tmp_path / "cache", "dummy/test")
@@ -133,8 +133,8 @@ def test_the_shipped_demo_facts_match_the_demo_corpus_and_the_embedded_model():
     """`hyperprove demo --write-facts` made experiments/demo/facts.json from these very passages."""
     from experiments.demonstration import DEMO_DIR, DEMO_FACTS
     from pipeline.config import LOCAL_MODEL_ID
-    from pipeline.corpus import load_corpus
-    from pipeline.extract import passage_digest, read_extracted_facts
+    from pipeline.index.corpus import load_corpus
+    from pipeline.index.extract import passage_digest, read_extracted_facts
 
     shipped = read_extracted_facts(DEMO_FACTS)
     passages = load_corpus(DEMO_DIR / "corpus.json")
@@ -151,7 +151,7 @@ ENTITIES = {  # the LM names entities only; "Spielberg" is in no sentence as wri
 
 
 def test_lm_entities_makes_sentences_the_facts_and_names_their_entities(tmp_path, hash_embedder):
-    from pipeline.extract import LMEntityExtractor
+    from pipeline.index.extract import LMEntityExtractor
 
     lm = DummyLM(ENTITIES)
     ex = LMEntityExtractor(lm, "dummy/test", tmp_path / "cache", threads=1)
@@ -177,7 +177,7 @@ def test_lm_entities_makes_sentences_the_facts_and_names_their_entities(tmp_path
 
 
 def test_lm_entities_falls_back_to_rule_entities_for_a_sentence_that_names_none(tmp_path):
-    from pipeline.extract import LMEntityExtractor
+    from pipeline.index.extract import LMEntityExtractor
 
     ex = LMEntityExtractor(DummyLM({"Leah Adler was a restaurateur.": {"entities": ["restaurateur"]}}), "dummy/test", tmp_path / "cache")
     [facts] = ex.extract(PASSAGES[1:2])

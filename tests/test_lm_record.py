@@ -19,7 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import dspy
 import pytest
 
-from pipeline.lm_record import CallRecord, departure, read_record
+from pipeline.lm.record import CallRecord, departure, read_record
 from pipeline.runtime import Runtime
 from tests.conftest import HashEmbedder
 from tests.test_cli import CORPUS, QUESTIONS, two_hop_script
@@ -234,7 +234,7 @@ def test_departure_names_the_first_difference():
 def test_a_record_file_is_the_same_bytes_for_the_same_calls_and_reads_back(tmp_path):
     from litellm import ModelResponse
 
-    from pipeline.lm_cache import response_data
+    from pipeline.lm.cache import response_data
 
     reply_row = response_data(ModelResponse(model="m", choices=[{"index": 0, "message": {"role": "assistant", "content": "x"}}]))
     from dspy.clients.cache import Cache

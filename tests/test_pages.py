@@ -3,8 +3,8 @@ for every hop, fact, citation, frontier link and gold mark; the stages are worke
 
 from experiments.bench.check_pages import Rendered as Page  # the same reading of a page as the headless-browser check
 from experiments.data import Question, Step
-from experiments.failures import failure_stage, failure_summary, failure_table, write_pages
-from pipeline.pages import chain_page, page_name
+from experiments.runs.failures import failure_stage, failure_summary, failure_table, write_pages
+from pipeline.serve.pages import chain_page, page_name
 
 TITLES = ["Jaws (film)", "Steven Spielberg", "Leah Adler", "Ohio River"]
 

@@ -7,10 +7,10 @@ from dspy.utils import DummyLM
 from experiments.data import Question
 from experiments.qa import evaluate_program
 from modules.facts import Passage, ScoredFact
-from modules.retriever import RetrieverConfig
+from modules.retrieval.retriever import RetrieverConfig
 from pipeline.config import IndexConfig, ProgramConfig
-from pipeline.index import build_index
-from pipeline.lm_profile import LMProfile
+from pipeline.index.build import build_index
+from pipeline.lm.profile import LMProfile
 from pipeline.program import HyperProve
 
 CORPUS = [
@@ -192,7 +192,7 @@ def test_the_final_reader_sees_what_reader_evidence_names(retriever):
 
 
 def test_the_question_channel_leads_the_interleaved_passages(retriever):
-    from modules.retriever import interleave_passages
+    from modules.retrieval.retriever import interleave_passages
 
     plain, _ = run(retriever, script(), question_channel=False)
     channel, calls = run(retriever, script(), question_channel=True)
@@ -204,7 +204,7 @@ def test_the_question_channel_leads_the_interleaved_passages(retriever):
 
 
 def test_checked_decomposition_and_grounded_hops_show_in_the_fallbacks(retriever):
-    from modules.text_rules import supported_span
+    from modules.lm.checks import supported_span
 
     # the decomposer keeps dropping "Jaws"; the first hop's answer is in no fact: asked again, then replaced
     answers = script(**{DECOMPOSE: {"sub_questions": ["Who directed the film?"]},
@@ -380,7 +380,7 @@ def test_an_evaluation_counts_the_questions_planned_and_answered_by_rule():
 def test_the_hop_reader_also_reads_the_rest_of_the_top_passage(retriever):
     """With hop_passage_facts, each hop's reader sees its top K facts, then the other facts of the
     hop's top passage in order; the frontier still carries only the facts it cites."""
-    from modules.retriever import HypergraphRetriever
+    from modules.retrieval.retriever import HypergraphRetriever
 
     one = HypergraphRetriever(retriever.hypergraph, retriever.facts, retriever.encode, RetrieverConfig(top_k=1, n_seeds=3),
                               retriever.name_entities)

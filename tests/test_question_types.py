@@ -2,8 +2,8 @@
 
 import pytest
 
-from modules.countries import countries_named
-from modules.question_types import comparison_of, date_value, decide, number_value, question_type, rule_answer
+from modules.lm.countries import countries_named
+from modules.lm.question_types import comparison_of, date_value, decide, number_value, question_type, rule_answer
 
 
 def chain(*hops):
@@ -158,7 +158,7 @@ def test_countries_named(text, countries):
 
 
 def test_the_last_hop_answers_when_it_asks_what_the_question_asks():
-    from modules.question_types import last_hop_answer
+    from modules.lm.question_types import last_hop_answer
 
     def hop(sub_question, answer, fact):
         return {"sub_question": sub_question, "query": sub_question, "answer": answer, "facts": [{"title": "t", "text": fact}]}
@@ -204,13 +204,13 @@ def test_the_last_hop_answers_when_it_asks_what_the_question_asks():
     ("When did the mother of the director of Jaws die?", None),
 ])
 def test_comparison_plan(question, plan):
-    from modules.question_types import comparison_plan
+    from modules.lm.question_types import comparison_plan
 
     assert comparison_plan(question) == plan
 
 
 def test_chain_problems_name_the_steps_no_later_step_uses():
-    from modules.question_types import chain_problems
+    from modules.lm.question_types import chain_problems
 
     question = "Who is the sibling of the actress who played Susan Walker?"
     assert chain_problems(question, ["Who played Susan Walker?", "Who is Susan Walker's sibling?"]) == ["leaves step 1's answer unused"]
@@ -240,7 +240,7 @@ def test_only_hops_that_ask_for_the_compared_event_count():
 
 
 def test_the_last_hop_does_not_answer_with_the_questions_own_subject():
-    from modules.question_types import last_hop_answer
+    from modules.lm.question_types import last_hop_answer
 
     def hop(sub_question, answer):
         return {"sub_question": sub_question, "query": sub_question, "answer": answer, "facts": [{"title": "t", "text": f"{answer} is here."}]}

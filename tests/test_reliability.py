@@ -92,7 +92,7 @@ def test_line_separators_inside_a_passage_survive_the_round_trip(files, capsys):
     corpus = [{"title": "Odd", "text": "One\u2028two\u2029three\x85four. Five."}, *CORPUS]
     (files / "odd.json").write_text(json.dumps(corpus))
     assert run(capsys, "index", files / "odd.json", "--out", files / "idx", "--embedder", "test-hash")[0] == 0
-    from pipeline.index_store import load_index
+    from pipeline.index.store import load_index
 
     assert load_index(files / "idx").passages[0].text == "One\u2028two\u2029three\x85four. Five."
 
@@ -107,8 +107,8 @@ def test_a_lone_surrogate_is_named_not_a_traceback(files, capsys):
 # --- stale caches and wrong records ---------------------------------------------------------------------------
 def test_the_index_cache_is_keyed_on_every_setting_that_shapes_the_index(files):
     from pipeline.config import HyperProveConfig
-    from pipeline.corpus import load_corpus
-    from pipeline.index_store import cached_index, index_key
+    from pipeline.index.corpus import load_corpus
+    from pipeline.index.store import cached_index, index_key
 
     passages = load_corpus(files / "corpus.json")
     base = HyperProveConfig().with_overrides(index={"embedder": "test-hash"}, cache_dir=str(files / "cache"))
@@ -356,9 +356,9 @@ def test_a_resumed_sweep_asks_what_an_uninterrupted_one_asked(tmp_path):
 def test_a_killed_sweep_leaves_no_mlflow_run_running(tmp_path):
     from mlflow.tracking import MlflowClient
 
-    from optimize.tracking import HOST_TAG, PID_TAG, tracked_run
+    from experiments.runs.tracking import HOST_TAG, PID_TAG, tracked_run
     from pipeline.config import TrackingConfig
-    from pipeline.tracing import connect, experiment_id
+    from pipeline.traces import connect, experiment_id
 
     tracking = TrackingConfig(uri=f"sqlite:///{tmp_path}/m.db", artifacts=str(tmp_path / "artifacts"))
     mlflow = connect(tracking)
@@ -390,7 +390,7 @@ def test_ui_refuses_a_non_loopback_host_without_allow_remote(capsys, tmp_path):
     assert code == 2
     assert one_line(err) == ("--host 0.0.0.0: would serve the tracking store, unauthenticated, beyond this machine; "
                              "add --allow-remote if that is what you want")
-    from optimize.tracking import ui_command
+    from experiments.runs.tracking import ui_command
     from pipeline.config import TrackingConfig
 
     command, _ = ui_command(TrackingConfig(uri=f"sqlite:///{tmp_path}/m.db"), "0.0.0.0", 5000, allow_remote=True)
@@ -479,7 +479,7 @@ def test_a_reused_out_keeps_nothing_of_the_earlier_run(files, capsys):
 
 # --- quadratic sentence splitting ----------------------------------------------------------------------------------
 def test_a_long_run_of_abbreviations_is_one_sentence():
-    from modules.text_rules import split_sentences
+    from modules.lm.checks import split_sentences
 
     assert split_sentences("Dr. Smith " * 20_000) == [("Dr. Smith " * 20_000).strip()]  # 200 KB: linear, well under a second
     assert split_sentences("Dr. Smith met St. John. Then they left.") == ["Dr. Smith met St. John.", "Then they left."]
@@ -505,7 +505,7 @@ def saved(files, capsys):
 
 def rewrite_manifest(index: Path, change, sign: bool = True) -> None:
     """Edit the manifest; `sign`: and recompute its own checksum, as a deliberate edit would."""
-    from pipeline.index_store import manifest_checksum
+    from pipeline.index.store import manifest_checksum
 
     manifest = json.loads((index / "manifest.json").read_text())
     change(manifest)
@@ -515,7 +515,7 @@ def rewrite_manifest(index: Path, change, sign: bool = True) -> None:
 
 
 def test_a_manifest_entry_without_its_keys_is_one_line(saved):
-    from pipeline.index_store import load_index
+    from pipeline.index.store import load_index
 
     rewrite_manifest(saved, lambda manifest: manifest["files"]["facts.jsonl"].pop("sha256"))
     with pytest.raises(HyperProveError, match=r"manifest.json: the entry of 'facts.jsonl' needs its sha256 and bytes; the index is damaged"):
@@ -527,7 +527,7 @@ def test_a_manifest_entry_without_its_keys_is_one_line(saved):
 
 def test_a_truncated_array_with_a_matching_checksum_is_one_line(saved):
     from pipeline.files import sha256_file
-    from pipeline.index_store import load_index
+    from pipeline.index.store import load_index
 
     path = saved / "fact_vectors.npy"
     path.write_bytes(path.read_bytes()[:200])
@@ -541,7 +541,7 @@ def test_a_truncated_array_with_a_matching_checksum_is_one_line(saved):
 
 
 def test_a_results_file_without_config_or_systems_is_one_line_in_the_report(tmp_path, capsys):
-    from experiments.report import main as report
+    from experiments.runs.report import main as report
 
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "results.json").write_text(json.dumps({"name": "run"}))
@@ -582,7 +582,7 @@ def test_config_values_of_the_wrong_type_are_named(tmp_path, section, values, me
 ])
 def test_questions_that_cannot_be_scored_right_are_refused(files, questions, message):
     from experiments.data import load_questions
-    from pipeline.corpus import load_corpus
+    from pipeline.index.corpus import load_corpus
 
     (files / "q.json").write_text(json.dumps(questions))
     with pytest.raises(HyperProveError) as error:
@@ -591,7 +591,7 @@ def test_questions_that_cannot_be_scored_right_are_refused(files, questions, mes
 
 
 def test_the_same_passage_twice_is_refused(files):
-    from pipeline.corpus import load_corpus
+    from pipeline.index.corpus import load_corpus
 
     (files / "twice.json").write_text(json.dumps([CORPUS[0], CORPUS[1], CORPUS[0]]))
     with pytest.raises(HyperProveError) as error:
@@ -614,7 +614,7 @@ def test_scratch_of_a_killed_writer_is_removed_by_the_next_write(saved, files, c
 
 
 def test_an_index_caught_between_its_two_renames_is_put_back(saved, files):
-    from pipeline.index_store import load_index
+    from pipeline.index.store import load_index
 
     before = snapshot(saved)
     os.replace(saved, files / f".idx.old-{dead_pid()}")  # killed after moving the old index aside
@@ -624,7 +624,7 @@ def test_an_index_caught_between_its_two_renames_is_put_back(saved, files):
 
 def test_vectors_of_the_wrong_shape_are_still_caught(saved):
     from pipeline.files import atomic_save_npy, sha256_file
-    from pipeline.index_store import load_index
+    from pipeline.index.store import load_index
 
     path = saved / "passage_vectors.npy"
     atomic_save_npy(path, np.zeros((2, 256), dtype=np.float32))
@@ -692,8 +692,8 @@ def test_a_planted_lm_cache_entry_is_never_unpickled(tmp_path, monkeypatch):
     import dspy
     from diskcache.core import MODE_PICKLE
 
-    from pipeline.lm import configure_lm_cache
-    from pipeline.lm_cache import STORE_FILE
+    from pipeline.lm.cache import STORE_FILE
+    from pipeline.lm.session import configure_lm_cache
 
     monkeypatch.setattr(dspy, "cache", dspy.cache)
     marker = tmp_path / "ran"
@@ -720,10 +720,10 @@ def test_concurrent_writers_into_one_index_lose_nothing(files, capsys, monkeypat
     import threading
     import time
 
-    from pipeline import index_commands
     from pipeline.config import HyperProveConfig
-    from pipeline.index_commands import add_to_index, delete_from_index
-    from pipeline.index_store import load_index
+    from pipeline.index import commands as index_commands
+    from pipeline.index.commands import add_to_index, delete_from_index
+    from pipeline.index.store import load_index
 
     assert run(capsys, "index", files / "corpus.json", "--out", files / "idx", "--embedder", "test-hash")[0] == 0
     grow, shrink = index_commands.grow_index, index_commands.shrink_index
@@ -760,7 +760,7 @@ def test_concurrent_writers_into_one_index_lose_nothing(files, capsys, monkeypat
 
 
 def test_a_second_save_over_a_changed_index_is_refused(saved):
-    from pipeline.index_store import load_index, save_index
+    from pipeline.index.store import load_index, save_index
 
     index = load_index(saved)
     save_index(load_index(saved), saved)  # another writer, not using the lock, got there first: still generation 0
@@ -796,7 +796,7 @@ def resum(index: Path, name: str):
 
 
 def test_a_hand_edited_manifest_is_refused(saved):
-    from pipeline.index_store import load_index
+    from pipeline.index.store import load_index
 
     rewrite_manifest(saved, lambda m: m["counts"].update(passages=4), sign=False)
     with pytest.raises(HyperProveError, match=r"manifest.json: its fields do not match its manifest_sha256 \(edited by hand\?\); the index is damaged"):
@@ -804,9 +804,9 @@ def test_a_hand_edited_manifest_is_refused(saved):
 
 
 def test_another_corpus_checksum_in_the_manifest_is_refused(saved, files):
-    from pipeline.corpus import load_corpus
-    from pipeline.index import corpus_checksum
-    from pipeline.index_store import load_index
+    from pipeline.index.build import corpus_checksum
+    from pipeline.index.corpus import load_corpus
+    from pipeline.index.store import load_index
 
     (files / "more.json").write_text(json.dumps(CORPUS + [{"title": "Dayton", "text": "Dayton is a city in Ohio."}]))
     rewrite_manifest(saved, lambda m: m.update(corpus_sha256=corpus_checksum(load_corpus(files / "more.json"))))
@@ -821,7 +821,7 @@ def test_another_corpus_checksum_in_the_manifest_is_refused(saved, files):
 ])
 def test_vectors_that_are_not_unit_float32_are_refused(saved, name, change, message):
     from pipeline.files import atomic_save_npy
-    from pipeline.index_store import load_index
+    from pipeline.index.store import load_index
 
     atomic_save_npy(saved / name, change(np.load(saved / name)))
     resum(saved, name)
@@ -831,7 +831,7 @@ def test_vectors_that_are_not_unit_float32_are_refused(saved, name, change, mess
 
 @pytest.mark.parametrize("passage, message", [(999999, "facts.jsonl names passage 999999 is out of range"), (-1, "names passage -1 is out of range")])
 def test_a_fact_of_no_passage_is_refused_at_load(saved, passage, message):
-    from pipeline.index_store import load_index
+    from pipeline.index.store import load_index
 
     lines = (saved / "facts.jsonl").read_text().splitlines()
     lines[0] = json.dumps({**json.loads(lines[0]), "passage": passage})
@@ -858,8 +858,8 @@ def test_hand_edited_manifest_fields_are_one_line_on_add(saved, files, capsys, c
 def test_naming_entities_in_a_long_capitalised_query_is_linear(saved, monkeypatch):
     """Every span of a 1,000-word capitalised run was normalised (cubic: 133 s); now at most the
     longest name's words and two more from each word."""
-    from pipeline import index as index_module
-    from pipeline.index_store import load_index
+    from pipeline.index import build as index_module
+    from pipeline.index.store import load_index
 
     index = load_index(saved)
     calls = []
@@ -894,7 +894,7 @@ def best_seconds(work, repeats: int = 5) -> float:
 def test_a_sentence_of_many_names_and_dates_is_linear():
     """8,000 name-date pairs in one sentence took 18.8 s (each name checked against every date):
     four times the names and four times the dates must take about four times as long, not sixteen."""
-    from modules.text_rules import find_entities
+    from modules.lm.checks import find_entities
 
     pairs = lambda n: " ".join(f"Name{k} 3 May {1000 + k // 9}," for k in range(n))  # noqa: E731
     few, many = pairs(2000), pairs(8000)
@@ -936,7 +936,7 @@ MUSIQUE = {"id": "m1", "question": "Who directed Jaws?", "answer": "Steven Spiel
 ])
 def test_hipporag_question_files_of_the_wrong_types_are_one_line(files, item, message):
     from experiments.data import load_questions
-    from pipeline.corpus import load_corpus
+    from pipeline.index.corpus import load_corpus
 
     (files / "q.json").write_text(json.dumps([item]))
     with pytest.raises(HyperProveError) as error:
@@ -988,7 +988,7 @@ def test_the_committed_experiment_configs_are_safe_to_share():
 
 def test_every_lm_run_says_which_model_it_talks_to_and_where():
     from pipeline.config import HyperProveConfig
-    from pipeline.lm import LMSession, lm_whereabouts
+    from pipeline.lm.session import LMSession, lm_whereabouts
 
     def said(**lm) -> str:
         return lm_whereabouts(HyperProveConfig().with_overrides(lm=lm))
@@ -1026,7 +1026,7 @@ def own_page_client(served_index, lm=None, hosts=()):
 
     from pipeline.config import HyperProveConfig
     from pipeline.program import Asker
-    from pipeline.server import make_app
+    from pipeline.serve.server import make_app
 
     config = HyperProveConfig().with_overrides(index={"embedder": "test-hash"}, tracking={"enabled": False, "traces": False})
     asker = Asker(config, served_index, Runtime(config, lm=lm or DummyLM(two_hop_script(final_answer="2017")), embedder=HashEmbedder()))
@@ -1072,7 +1072,7 @@ def test_a_body_over_the_cap_is_refused_before_it_is_read(served_index):
     does not say its length as soon as it passes the cap."""
     import asyncio
 
-    from pipeline.server import MAX_BODY
+    from pipeline.serve.server import MAX_BODY
 
     app = own_page_client(served_index).app
 
@@ -1103,7 +1103,7 @@ def test_a_question_whose_client_left_while_it_waited_is_dropped_not_answered():
     import asyncio
     import threading
 
-    from pipeline.server import Gone, Turns
+    from pipeline.serve.server import Gone, Turns
 
     answered, hold = [], threading.Event()
 
@@ -1134,7 +1134,7 @@ def test_a_hung_lm_is_a_503_within_the_stated_time(served_index):
 
     from pipeline.config import HyperProveConfig
     from pipeline.program import Asker
-    from pipeline.server import make_app
+    from pipeline.serve.server import make_app
 
     hanging = HangingLM()
     try:
@@ -1235,7 +1235,7 @@ class Upstream:
 def test_serve_lm_passes_only_the_api_to_programs_and_nothing_to_web_pages():
     from starlette.testclient import TestClient
 
-    from pipeline.local_model import guard
+    from pipeline.lm.local import guard
 
     upstream = Upstream()
     try:
@@ -1261,7 +1261,7 @@ def test_serve_lm_binds_its_guard_and_llama_cpp_listens_on_loopback_only(monkeyp
     import urllib.error
     import urllib.request
 
-    import pipeline.local_model as local_model
+    import pipeline.lm.local as local_model
     from pipeline.config import LMConfig
 
     upstream = Upstream()
@@ -1321,7 +1321,7 @@ def folder(tmp_path):
 
 
 def test_a_folder_is_read_only_through_its_own_files_and_each_link_is_named(folder):
-    from pipeline.documents import Reading, read_folder
+    from pipeline.index.documents import Reading, read_folder
 
     lines = []
     read = read_folder(folder, log=lines.append)
@@ -1346,7 +1346,7 @@ def test_an_index_of_a_folder_with_links_holds_none_of_their_text_unless_asked(f
 
 
 def test_a_decoy_manifest_does_not_hide_a_folder_and_a_real_index_is_named(tmp_path, capsys):
-    from pipeline.documents import read_folder
+    from pipeline.index.documents import read_folder
 
     docs = tmp_path / "docs"
     (docs / "decoy").mkdir(parents=True)
@@ -1369,7 +1369,7 @@ def test_a_decoy_manifest_does_not_hide_a_folder_and_a_real_index_is_named(tmp_p
     ("cp1252.txt", "Ada\u2019s caf\u00e9 opened in 1843.".encode("cp1252"), "Ada\u2019s caf\u00e9 opened in 1843."),
 ])
 def test_text_is_read_by_its_encoding(tmp_path, name, data, text):
-    from pipeline.documents import read_folder
+    from pipeline.index.documents import read_folder
 
     (tmp_path / name).write_bytes(data)
     assert [p.text for p in read_folder(tmp_path, log=lambda line: None).passages] == [text]
@@ -1378,7 +1378,7 @@ def test_text_is_read_by_its_encoding(tmp_path, name, data, text):
 def test_binary_data_is_judged_by_all_its_bytes_not_the_first_8_kb(tmp_path):
     import random
 
-    from pipeline.documents import read_folder
+    from pipeline.index.documents import read_folder
 
     generator = random.Random(7)
     body = bytes(generator.choice([b for b in range(1, 256) if b not in (0x0A, 0x0D)]) for _ in range(40_000))
@@ -1414,7 +1414,7 @@ def test_a_file_name_that_is_not_utf8_is_indexed_updated_and_deleted(tmp_path, c
 def test_pdfs_over_their_page_or_text_budget_are_one_line_each_never_a_stall(tmp_path):
     import time
 
-    from pipeline.documents import Reading, read_folder
+    from pipeline.index.documents import Reading, read_folder
 
     (tmp_path / "a.txt").write_text("Ada Lovelace was a mathematician.")
     (tmp_path / "pages.pdf").write_bytes(page_tree_bomb())
@@ -1448,7 +1448,7 @@ def test_a_record_of_newlines_is_refused_in_bounded_memory(tmp_path):
     """310 KB of gzip'd newlines (320 MB inflated) under the 1 GiB cap: refused at its first empty
     line, in a few MB; read whole, it took 3.2 GB."""
     path = newline_record(tmp_path / "lm_calls.jsonl.gz")
-    script = ("import sys; from pipeline.lm_record import read_record; from experiments.bench.attacks import peak_mb\n"
+    script = ("import sys; from pipeline.lm.record import read_record; from experiments.bench.attacks import peak_mb\n"
               "try:\n    read_record(sys.argv[1])\nexcept Exception as error:\n    print(error)\nprint(peak_mb())")
     done = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, timeout=120,
                           cwd=Path(__file__).parent.parent)

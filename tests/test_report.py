@@ -2,8 +2,8 @@
 
 import json
 
-from experiments.report import main, paired_table, render_same_reader, verdict
-from experiments.results import load_runs
+from experiments.runs.report import main, paired_table, render_same_reader, verdict
+from experiments.runs.results import load_runs
 
 
 def test_verdict_compares_hyperprove_with_the_best_peer():
@@ -88,7 +88,7 @@ def test_the_same_reader_runs_make_one_table_of_every_system():
 
 
 def test_a_sweep_is_rendered_with_its_held_out_check(tmp_path):
-    from experiments.report import render_sweep
+    from experiments.runs.report import render_sweep
 
     sweep = {
         "study": "s", "objective": "recall@5", "tie_break": "recall@2", "complete": 29, "pruned": 1, "n_questions": 40,
@@ -125,7 +125,7 @@ def test_a_sweep_is_rendered_with_its_held_out_check(tmp_path):
 
 
 def test_a_compiled_run_is_compared_with_the_same_setting_uncompiled():
-    from experiments.report import compiled_program
+    from experiments.runs.report import compiled_program
 
     setting = {"evaluation": {"questions": "q.json", "corpus": "c.json", "limit": 60, "decomposition": "lm"},
                "retriever": {"alpha": 0.9}, "index": {"extractor": "sentences"}}
@@ -146,7 +146,7 @@ def test_a_compiled_run_is_compared_with_the_same_setting_uncompiled():
 def test_the_compile_record_says_whether_the_grade_was_held_out(tmp_path):
     import json
 
-    from experiments.report import compiled_program
+    from experiments.runs.report import compiled_program
 
     program = tmp_path / "p.json"
     record = {"target": "decompose", "optimizer": "mipro", "train_examples": 20, "val_examples": 20, "val_before": 37.55,
@@ -162,7 +162,7 @@ def test_the_compile_record_says_whether_the_grade_was_held_out(tmp_path):
 def test_a_compiled_run_is_compared_question_by_question_when_predictions_are_there(tmp_path):
     import json
 
-    from experiments.report import compiled_program
+    from experiments.runs.report import compiled_program
 
     setting = {"evaluation": {"questions": "q.json", "corpus": "c.json", "limit": 2, "decomposition": "lm"}}
     runs = []
@@ -180,7 +180,7 @@ def test_a_compiled_run_is_compared_question_by_question_when_predictions_are_th
 
 
 def test_train_runs_become_one_table_of_answer_paths_per_dataset(tmp_path):
-    from experiments.report import render_choices
+    from experiments.runs.report import render_choices
 
     def write(name, program, rows, finished):
         (tmp_path / name).mkdir()
@@ -330,7 +330,7 @@ def test_compare_choices_puts_back_the_answers_the_chooser_replaced(tmp_path):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "predictions.json").write_text(json.dumps({"dense": rows}))
     (tmp_path / "run" / "results.json").write_text(json.dumps({"questions": str(tmp_path / "questions.json")}))
-    from experiments.results import gold_answers
+    from experiments.runs.results import gold_answers
     from experiments.tools.compare import side_rows
 
     undone, replaced = without_choices(side_rows(f"{tmp_path / 'run'}:dense"), gold_answers(tmp_path / "run"))
@@ -341,7 +341,7 @@ def test_compare_choices_puts_back_the_answers_the_chooser_replaced(tmp_path):
 
 
 def test_the_headline_run_gives_the_answer_claim_with_costs_types_and_failures(tmp_path):
-    from experiments.report import render_headline
+    from experiments.runs.report import render_headline
 
     # four questions; hyperprove answers all, ppr half of each, bm25 none: every per-question
     # difference is the same, so each bootstrap interval is that one value
@@ -404,7 +404,7 @@ def test_the_headline_run_gives_the_answer_claim_with_costs_types_and_failures(t
 
 
 def test_reruns_pair_today_s_program_with_the_first_run_and_with_the_rerun_s_peers(tmp_path):
-    from experiments.report import render_headline, render_reruns
+    from experiments.runs.report import render_headline, render_reruns
 
     def write(name, f1s, recalls, systems):
         folder = tmp_path / name
@@ -435,7 +435,7 @@ def test_reruns_pair_today_s_program_with_the_first_run_and_with_the_rerun_s_pee
 
 
 def test_each_lm_run_says_whether_reproduce_replays_its_calls():
-    from experiments.report import ROOT, recorded_calls
+    from experiments.runs.report import ROOT, recorded_calls
 
     folder = str(ROOT / "experiments" / "results" / "x-lm60")
     assert recorded_calls({"name": "x-lm60", "results_dir": folder, "lm_calls": {"calls": 2078, "bytes": 1670433}}) == (

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from modules.errors import HyperProveError
-from modules.retriever import RetrieverConfig, interleave_passages, unique_in_order
+from modules.retrieval.retriever import RetrieverConfig, interleave_passages, unique_in_order
 from tests.conftest import QUERIES
 
 

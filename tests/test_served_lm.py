@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.config import LOCAL_MODEL_ID, LOCAL_MODEL_NAME, LMConfig
-from pipeline.lm import make_lm
+from pipeline.lm.session import make_lm
 from pipeline.runtime import Runtime
 from tests.conftest import HashEmbedder
 from tests.test_cli import CORPUS, two_hop_script

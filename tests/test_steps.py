@@ -5,17 +5,7 @@ import pytest
 from dspy.utils import DummyLM
 
 from modules.facts import ScoredFact
-from modules.references import fill_references
-from modules.steps import (
-    AnswerGenerator,
-    BridgeRewriter,
-    Decomposer,
-    EntityExtractor,
-    FactExtractor,
-    HopAnswerer,
-    MalformedOutput,
-)
-from modules.text_rules import (
+from modules.lm.checks import (
     answer_kind,
     contained,
     entity_problems,
@@ -26,6 +16,16 @@ from modules.text_rules import (
     named_words,
     supported_span,
 )
+from modules.lm.predictors import (
+    AnswerGenerator,
+    BridgeRewriter,
+    Decomposer,
+    EntityExtractor,
+    FactExtractor,
+    HopAnswerer,
+    MalformedOutput,
+)
+from modules.lm.references import fill_references
 
 
 def scripted(*answers):
@@ -234,13 +234,13 @@ def test_hop_answerer_shows_numbered_facts_with_titles():
     ("Who was born first, Jaws or jaws?", []),  # the same option twice
 ])
 def test_question_options_are_the_answers_a_question_names(question, options):
-    from modules.text_rules import question_options
+    from modules.lm.checks import question_options
 
     assert question_options(question) == options
 
 
 def test_an_answer_names_an_option_by_its_words_either_way():
-    from modules.text_rules import names_an_option
+    from modules.lm.checks import names_an_option
 
     options = ["Hänt Extra", "Tea Moderna"]
     assert names_an_option("Tea Moderna (magazine)", options) and names_an_option("the Tea Moderna", options)
@@ -292,7 +292,7 @@ def test_every_step_ships_demonstrations(module, demos):
 
 
 def test_the_extraction_budget_follows_the_passage_length():
-    from modules.text_rules import extraction_budget
+    from modules.lm.checks import extraction_budget
 
     lm = DummyLM([{"entities": ["Jaws"], "facts": ["Jaws was directed by Steven Spielberg."]}])
     with dspy.context(lm=lm):
@@ -302,7 +302,7 @@ def test_the_extraction_budget_follows_the_passage_length():
 
 
 def test_the_built_in_decompositions_pass_the_entity_check():
-    from modules.demos import COMPARISON_DEMOS, DECOMPOSE_DEMOS
+    from modules.lm.demos import COMPARISON_DEMOS, DECOMPOSE_DEMOS
 
     demos = DECOMPOSE_DEMOS + COMPARISON_DEMOS
     assert [entity_problems(demo.question, demo.sub_questions) for demo in demos] == [[]] * len(demos)
@@ -334,7 +334,7 @@ def test_identity_steps_are_folded_into_the_steps_that_refer_to_them():
 
 
 def test_hop_answers_about_the_subject_refuse_the_subject_itself_and_another_things_facts():
-    from modules.text_rules import naming_facts, subject_problem
+    from modules.lm.checks import naming_facts, subject_problem
 
     family = facts("Raghnall Mac Ruaidhrí was a son of Ruaidhrí Mac Ruaidhrí.", "Ruaidhrí Mac Ruaidhrí was a son of Ailéan mac Ruaidhrí.")
     question = "Who is the paternal grandfather of Raghnall Mac Ruaidhrí?"

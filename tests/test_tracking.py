@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from optimize.tracking import flat_params, log_evaluation, metric_name
+from experiments.runs.tracking import flat_params, log_evaluation, metric_name
 from pipeline.config import HyperProveConfig, TrackingConfig
 
 
@@ -44,7 +44,7 @@ def test_the_ui_serves_the_runs_on_a_loopback_port(tmp_path):
     import urllib.request
     from pathlib import Path
 
-    from pipeline.tracing import connect
+    from pipeline.traces import connect
 
     tracking = TrackingConfig(uri=f"sqlite:///{tmp_path}/mlflow.db", artifacts=str(tmp_path / "artifacts"))
     connect(tracking).create_experiment("served-here")
@@ -71,7 +71,7 @@ def test_the_ui_serves_the_runs_on_a_loopback_port(tmp_path):
 
 
 def test_same_index_and_metric_deltas():
-    from optimize.reproduce import metric_deltas, same_index
+    from experiments.runs.reproduce import metric_deltas, same_index
 
     saved = {"files": {"facts.jsonl": {"sha256": "a"}}, "counts": {"facts": 3}}
     assert same_index(saved, {"files": {"facts.jsonl": {"sha256": "a"}}, "counts": {"facts": 9}})
@@ -87,7 +87,7 @@ def test_a_question_trace_records_its_answer_fallbacks_and_tags(tmp_path):
     from mlflow.tracking import MlflowClient
 
     from pipeline.runtime import Runtime
-    from pipeline.tracing import QuestionTraces
+    from pipeline.traces import QuestionTraces
 
     tracking = TrackingConfig(uri=f"sqlite:///{tmp_path}/mlflow.db", artifacts=str(tmp_path / "artifacts"))
     traces = QuestionTraces(tracking)

@@ -87,7 +87,7 @@ def inflating_pdf(megabytes: float) -> bytes:
 
 def newline_record(path: Path, megabytes: int = 320) -> Path:
     """A recorded-calls file whose header is right and whose body is `megabytes` MB of newlines (310 KB gzip'd)."""
-    from pipeline.lm_record import RECORD_FORMAT, RECORD_VERSION
+    from pipeline.lm.record import RECORD_FORMAT, RECORD_VERSION
 
     with gzip.open(path, "wb", compresslevel=9) as handle:
         handle.write(json.dumps({"format": RECORD_FORMAT, "version": RECORD_VERSION, "calls": 1}).encode() + b"\n")
@@ -241,7 +241,7 @@ def cases(work: Path) -> list[dict]:
         f"exit {done.returncode}; " + "; ".join(skipped), seconds, lost="nothing" if not leaked else "THE SECRET WAS INDEXED")
 
     record = newline_record(work / "lm_calls.jsonl.gz")
-    script = ("import sys; from pipeline.lm_record import read_record; from experiments.bench.attacks import peak_mb\n"
+    script = ("import sys; from pipeline.lm.record import read_record; from experiments.bench.attacks import peak_mb\n"
               "try:\n    read_record(sys.argv[1])\nexcept Exception as error:\n    print(error)\nprint(peak_mb())")
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "-c", script, str(record)], cwd=ROOT, capture_output=True, text=True)

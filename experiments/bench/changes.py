@@ -39,7 +39,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 
 from modules.facts import Fact, Passage
-from pipeline.index import normalise_entity
+from pipeline.index.build import normalise_entity
 
 
 # --- comparing two indexes ---------------------------------------------------------------------------
@@ -74,7 +74,7 @@ def differences(ours, theirs) -> dict:
 def rankings(index, questions, embedder, passage_of) -> list[list]:
     """`hyperprove` on each question's gold sub-questions: ranked passages as (title, text)."""
     from experiments.gold import hyperprove_chain
-    from modules.retriever import RetrieverConfig
+    from modules.retrieval.retriever import RetrieverConfig
 
     retriever = index.retriever(RetrieverConfig(), embedder.encode_query)
     return [[passage_of(index, k) for k in hyperprove_chain(q, retriever)[0]] for q in questions]
@@ -96,7 +96,7 @@ def with_vectors_of(scratch, changed, config):
     """`scratch` built again from its own facts and entities with `changed`'s vectors: the
     embedder gives a text a vector that differs in the 7th decimal with the batch it came in,
     and this separates that from what the change did."""
-    from pipeline.index import assemble_index
+    from pipeline.index.build import assemble_index
 
     position = {key: k for k, key in enumerate(changed.entity_keys)}
     vectors = {"fact": changed.fact_vectors, "passage": changed.passage_vectors,
@@ -120,10 +120,10 @@ def compare(label: str, ours, theirs, questions, embedder, original, corpus, con
 def musique(args) -> dict:
     from experiments.data import load_questions
     from pipeline.config import IndexConfig
-    from pipeline.corpus import load_corpus
-    from pipeline.embedder import Embedder
-    from pipeline.index import build_index
-    from pipeline.index_changes import grow_index, shrink_index
+    from pipeline.index.build import build_index
+    from pipeline.index.changes import grow_index, shrink_index
+    from pipeline.index.corpus import load_corpus
+    from pipeline.index.embedder import Embedder
 
     data = Path(args.data)
     corpus = load_corpus(data / "musique" / "corpus.json")
@@ -152,7 +152,7 @@ def musique(args) -> dict:
                  "facts_removed": change["facts_removed"], "entities_removed": change["entities_removed"], "renamed": change["renamed"],
                  "rebuilt": change.get("rebuilt", [])})
     if args.ivf:  # what the retrain rule would give if it fired now: the IVF indexes trained again on what is there
-        from modules.vectors import VectorIndex
+        from modules.retrieval.vectors import VectorIndex
 
         for name in ("fact", "entity", "passage"):
             setattr(shrunk, f"{name}_index", VectorIndex.build(getattr(shrunk, f"{name}_vectors"), exact_max=config.exact_search_max))
@@ -221,9 +221,9 @@ def synthetic_phase(phase: str, folder: Path, n_facts: int, n_change: int) -> di
 
     from experiments.bench.synthetic import synthetic_corpus, unit_vectors
     from pipeline.config import IndexConfig
-    from pipeline.index import assemble_index
-    from pipeline.index_changes import grow_index, shrink_index
-    from pipeline.index_store import load_index, save_index
+    from pipeline.index.build import assemble_index
+    from pipeline.index.changes import grow_index, shrink_index
+    from pipeline.index.store import load_index, save_index
 
     config = IndexConfig()
     rng = np.random.default_rng({"build": 2, "add": 3, "delete": 4}[phase])

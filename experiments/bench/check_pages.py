@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 from pipeline.files import read_json
-from pipeline.pages import page_name
+from pipeline.serve.pages import page_name
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
 

@@ -34,10 +34,10 @@ def main(argv: list[str] | None = None) -> int:
 
     import dspy
 
-    from modules.steps import Decomposer
-    from pipeline.adapters import make_adapter
+    from modules.lm.predictors import Decomposer
     from pipeline.config import HyperProveConfig
-    from pipeline.lm import make_lm
+    from pipeline.lm.adapters import make_adapter
+    from pipeline.lm.session import make_lm
 
     questions = [item["question"] for item in json.loads(Path(args.data).read_text())[: args.questions]]
     dspy.configure_cache(enable_disk_cache=False, enable_memory_cache=False)
@@ -62,9 +62,9 @@ def across_threads(decomposer, questions: list[str], counts: list[int]) -> int:
     """Each question once on a server of each thread count (prompt cache off), compared."""
     import dspy
 
-    from pipeline.adapters import make_adapter
     from pipeline.config import LMConfig
-    from pipeline.lm import make_lm
+    from pipeline.lm.adapters import make_adapter
+    from pipeline.lm.session import make_lm
 
     outputs = {}
     for count in counts:

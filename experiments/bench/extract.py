@@ -33,9 +33,9 @@ MUSIQUE = ROOT.parent / "shared" / "data" / "musique" / "corpus.json"
 def bench(corpus: str, first: int, extractor: str, lm: dict, model=None) -> dict:
     """Extract the first `first` passages of `corpus` with nothing cached; the figures of one run.
     `model` is an LM object to use instead of the configured one (a test's scripted LM)."""
-    from pipeline.corpus import load_corpus
-    from pipeline.extract import LM_EXTRACTORS, make_extractor
-    from pipeline.lm_profile import profile_delta
+    from pipeline.index.corpus import load_corpus
+    from pipeline.index.extract import LM_EXTRACTORS, make_extractor
+    from pipeline.lm.profile import profile_delta
     from pipeline.runtime import Runtime
 
     if extractor not in LM_EXTRACTORS:

@@ -127,7 +127,7 @@ class Jobs:
         """The output after a kill, when it is not the previous one: is it whole and right?"""
         try:
             if kind in ("index", "add", "delete"):
-                from pipeline.index_store import load_index
+                from pipeline.index.store import load_index
 
                 load_index(self.output(kind))
                 return snapshot(self.output(kind)) == self.reference[kind]
@@ -141,8 +141,8 @@ class Jobs:
     def together(self, number: int, rng: random.Random) -> tuple[list[str], int]:
         """Two writers into one index at once (see the module docstring); the problems found, and
         how many writers waited for the other."""
-        from pipeline.corpus import load_corpus
-        from pipeline.index_store import load_index
+        from pipeline.index.corpus import load_corpus
+        from pipeline.index.store import load_index
 
         target = self.work / "together"
         shutil.rmtree(target, ignore_errors=True)

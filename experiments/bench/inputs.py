@@ -18,8 +18,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
-from modules.text_rules import find_entities
-from pipeline.index_store import load_index
+from modules.lm.checks import find_entities
+from pipeline.index.store import load_index
 
 
 def seconds(work, repeat: int = 3) -> float:

@@ -61,7 +61,7 @@ def _ngram(kind: str, lookup: int | None = None, draft: int | None = None):
 
 
 SETTINGS = {  # name -> a change to llama.cpp's parameters before the server starts
-    "default": None,  # what `pipeline.local_model.LocalServer` runs: flash attention "auto" (on here)
+    "default": None,  # what `pipeline.lm.local.LocalServer` runs: flash attention "auto" (on here)
     "flash-off": _flash(0),
     "no-poll": _no_poll,
     "ngram-simple": _ngram("ngram_simple"),
@@ -71,8 +71,8 @@ SETTINGS = {  # name -> a change to llama.cpp's parameters before the server sta
 
 def question_calls(questions: int) -> list[list[tuple[str, str, dict]]]:
     """Per question, (step, signature name, inputs) of the calls the program and a peer make."""
-    from modules.steps import EVIDENCE_PASSAGES, evidence_line
-    from pipeline.corpus import load_corpus
+    from modules.lm.predictors import EVIDENCE_PASSAGES, evidence_line
+    from pipeline.index.corpus import load_corpus
 
     runs = json.loads(PREDICTIONS.read_text())
     corpus = load_corpus(CORPUS)
@@ -97,9 +97,9 @@ def question_calls(questions: int) -> list[list[tuple[str, str, dict]]]:
 
 def run_setting(name: str, questions: int, adapter_name: str) -> dict:
     """Starts a server with the setting, sends every prompt once; llama.cpp's timings per call."""
-    from pipeline.adapters import make_adapter
     from pipeline.config import LMConfig
-    from pipeline.local_model import LocalServer, local_model_path
+    from pipeline.lm.adapters import make_adapter
+    from pipeline.lm.local import LocalServer, local_model_path
     from pipeline.program import HyperProve
 
     config = LMConfig()

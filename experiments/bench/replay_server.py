@@ -57,7 +57,7 @@ class RecordedReplies:
 
     def miss(self, body: dict) -> str:
         """Where a request the record lacks departs from the nearest recorded one."""
-        from pipeline.lm_record import departure
+        from pipeline.lm.record import departure
 
         asked = matched(body)
         nearest, _ = self.record.nearest(asked, {"system": None, "question": None, "step": None})  # nobody asked: among all
@@ -74,7 +74,7 @@ class RecordedReplies:
 
 
 def is_lm_cache(path: Path) -> bool:
-    from pipeline.lm_cache import STORE_FILE
+    from pipeline.lm.cache import STORE_FILE
 
     return path.name == STORE_FILE or (path / STORE_FILE).is_file()
 
@@ -84,8 +84,8 @@ def cached_calls(path: Path):
     build asked (its extraction calls are cached, not recorded)."""
     import sqlite3
 
-    from pipeline.lm_cache import STORE_FILE, response_from_data
-    from pipeline.lm_record import Record
+    from pipeline.lm.cache import STORE_FILE, response_from_data
+    from pipeline.lm.record import Record
 
     store = path if path.name == STORE_FILE else path / STORE_FILE
     with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as db:
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     import uvicorn
 
     from modules.errors import HyperProveError
-    from pipeline.lm_record import read_record
+    from pipeline.lm.record import read_record
 
     try:
         record = cached_calls(Path(args.record)) if is_lm_cache(Path(args.record)) else read_record(Path(args.record))

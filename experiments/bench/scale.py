@@ -47,11 +47,11 @@ def ppr_matrix(incidence: sp.csr_matrix, passage_of: np.ndarray, n_passages: int
 
 
 def run_size(n_facts: int, n_queries: int, ppr_queries: int) -> dict:
-    from modules.hypergraph import Hypergraph, expand_synonyms
-    from modules.retriever import FactTable, HypergraphRetriever, RetrieverConfig
-    from modules.vectors import VectorIndex
+    from modules.retrieval.hypergraph import Hypergraph, expand_synonyms
+    from modules.retrieval.retriever import FactTable, HypergraphRetriever, RetrieverConfig
+    from modules.retrieval.vectors import VectorIndex
     from pipeline.config import IndexConfig
-    from pipeline.index import synonym_matrix
+    from pipeline.index.build import synonym_matrix
 
     incidence, passage_of, n_passages, fact_vectors, entity_vectors = synthetic_corpus(n_facts)
     config = IndexConfig()

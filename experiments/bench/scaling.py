@@ -146,8 +146,8 @@ def passages_table(args, port: int) -> None:
 def _index_folder(config: dict, cache_dir: str) -> str | None:
     """The run's index in the cache dir (built by an earlier evaluate of the same corpus), if there."""
     from pipeline.config import HyperProveConfig
-    from pipeline.corpus import load_corpus
-    from pipeline.index_store import index_key
+    from pipeline.index.corpus import load_corpus
+    from pipeline.index.store import index_key
 
     values = HyperProveConfig.from_dict(config)
     folder = Path(cache_dir) / "indexes" / index_key(load_corpus(values.evaluation.corpus), values)

@@ -1,5 +1,5 @@
 """Does reading a folder lose retrieval? A benchmark corpus as its original passages against the same
-text written out as documents and read back by `pipeline.documents` (split into passages).
+text written out as documents and read back by `pipeline.index.documents` (split into passages).
 
     python -m experiments.bench.split                       # MuSiQue dev, both layouts
     python -m experiments.bench.split --dataset musique --split dev --layouts articles plain
@@ -48,7 +48,7 @@ def write_plain(passages, folder: Path, per_file: int) -> None:
 def originals_of(split_passages, passages, layout: str) -> list[list[int]]:
     """Per split passage, the original passages it holds whole, or the one it is a piece of (an
     original as the reader gives it back: Markdown's marks, such as MuSiQue's `` quotes, go)."""
-    from pipeline.documents import markdown_line
+    from pipeline.index.documents import markdown_line
 
     read = markdown_line if layout == "articles" else str
     position: dict[str, list[int]] = {}
@@ -83,9 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     from experiments.metrics import mean_percent, recall_at_k
     from experiments.stats import describe_difference, paired_difference
     from pipeline.config import HyperProveConfig
-    from pipeline.corpus import load_corpus
-    from pipeline.documents import Reading, read_folder
-    from pipeline.index_store import cached_index
+    from pipeline.index.corpus import load_corpus
+    from pipeline.index.documents import Reading, read_folder
+    from pipeline.index.store import cached_index
     from pipeline.runtime import Runtime
 
     data = ROOT.parent / "shared" / "data" / args.dataset

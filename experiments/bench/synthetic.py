@@ -19,7 +19,7 @@ def unit_vectors(rng: np.random.Generator, n: int, chunk: int = 100_000) -> np.n
 
 def synthetic_corpus(n_facts: int, seed: int = 0):
     """Fact -> entity incidence (skewed), fact -> passage ids, and the three vector sets."""
-    from modules.hypergraph import binary_csr
+    from modules.retrieval.hypergraph import binary_csr
 
     rng = np.random.default_rng(seed)
     n_entities = max(n_facts // 5, 10)

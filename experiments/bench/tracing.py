@@ -44,11 +44,11 @@ def main(argv: list[str] | None = None) -> int:
     from modules.config import RetrieverConfig
     from modules.facts import Passage
     from pipeline.config import IndexConfig, ProgramConfig, TrackingConfig
-    from pipeline.embedder import Embedder
-    from pipeline.index import build_index
+    from pipeline.index.build import build_index
+    from pipeline.index.embedder import Embedder
     from pipeline.program import HyperProve
     from pipeline.runtime import no_trace
-    from pipeline.tracing import QuestionTraces
+    from pipeline.traces import QuestionTraces
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--questions", type=int, default=30)

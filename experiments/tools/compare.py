@@ -32,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 from experiments.metrics import exact_match, f1_score
-from experiments.results import folder_questions, gold_answers, system_rows
+from experiments.runs.results import folder_questions, gold_answers, system_rows
 from experiments.stats import describe_difference, paired_difference
 from modules.errors import HyperProveError
 from pipeline.program import answer_before_choice
@@ -100,7 +100,7 @@ def paired_rows(first: str, second: str, subset: Subset = Subset()) -> tuple[lis
 def shared_calls(first: str, second: str) -> list[str]:
     """What the two runs' recorded LM calls share (`evaluate --replay RUN --live` makes an option's
     run share every call the option does not change); nothing when either run has no record."""
-    from pipeline.lm_record import RECORD_FILE, read_record
+    from pipeline.lm.record import RECORD_FILE, read_record
 
     folders = [side_folder(side)[0] for side in (first, second)]
     if not all((folder / RECORD_FILE).is_file() for folder in folders):

@@ -17,9 +17,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 from experiments.metrics import f1_score
-from experiments.results import gold_answers, system_rows
+from experiments.runs.results import gold_answers, system_rows
 from experiments.stats import describe_difference, paired_difference
-from modules.references import references
+from modules.lm.references import references
 
 RULES = {
     "chain": lambda chain: len(chain) == 1 or bool(references(chain[-1]["sub_question"])),

@@ -1,5 +1,5 @@
 """The LM steps as DSPy modules: one predictor each, with its built-in demonstrations
-(`modules.demos`) and its output checked by rule (`modules.text_rules`).
+(`modules.lm.demos`) and its output checked by rule (`modules.lm.checks`).
 
 All predictors are visible to `named_predictors()`, so an optimizer (`hyperprove compile`) can
 replace their demonstrations. Each module checks what comes back and raises `MalformedOutput`
@@ -15,32 +15,9 @@ from typing import Sequence
 import dspy
 from dspy.utils.exceptions import AdapterParseError
 
-from modules.demos import (
-    ANSWER_HOP_DEMOS,
-    CHOOSE_DEMOS,
-    COMPARISON_DEMOS,
-    DECOMPOSE_DEMOS,
-    ENTITY_DEMOS,
-    EXTRACT_DEMOS,
-    GENERATE_DEMOS,
-    REWRITE_DEMOS,
-)
 from modules.errors import HyperProveError
 from modules.facts import ScoredFact
-from modules.question_types import chain_problems
-from modules.references import REFERENCE, fill_references, references
-from modules.signatures import (
-    AnswerHop,
-    ChooseAnswer,
-    Decompose,
-    DecomposeComparisons,
-    ExtractedFact,
-    ExtractEntities,
-    ExtractFacts,
-    GenerateAnswer,
-    RewriteBridge,
-)
-from modules.text_rules import (
+from modules.lm.checks import (
     answer_kind,
     contained,
     content_words,
@@ -56,6 +33,29 @@ from modules.text_rules import (
     subject_problem,
     supported_entities,
     supported_span,
+)
+from modules.lm.demos import (
+    ANSWER_HOP_DEMOS,
+    CHOOSE_DEMOS,
+    COMPARISON_DEMOS,
+    DECOMPOSE_DEMOS,
+    ENTITY_DEMOS,
+    EXTRACT_DEMOS,
+    GENERATE_DEMOS,
+    REWRITE_DEMOS,
+)
+from modules.lm.question_types import chain_problems
+from modules.lm.references import REFERENCE, fill_references, references
+from modules.lm.signatures import (
+    AnswerHop,
+    ChooseAnswer,
+    Decompose,
+    DecomposeComparisons,
+    ExtractedFact,
+    ExtractEntities,
+    ExtractFacts,
+    GenerateAnswer,
+    RewriteBridge,
 )
 
 
@@ -108,7 +108,7 @@ class FactExtractor(dspy.Module):
 
 class EntityExtractor(dspy.Module):
     """Step 1's entities alone: passage -> the entities it mentions; the facts are its sentences,
-    split by rule (`pipeline.extract.LMEntityExtractor`). Less than half of `FactExtractor`'s
+    split by rule (`pipeline.index.extract.LMEntityExtractor`). Less than half of `FactExtractor`'s
     generated tokens (61 against 152 a MuSiQue passage), which are what an LM call costs on a
     laptop CPU. An entity with a word that is not in the title or passage is dropped, as in
     `FactExtractor`."""

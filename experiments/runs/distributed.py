@@ -1,4 +1,4 @@
-"""An evaluation's LM-bound work on a Ray cluster (`pipeline.cluster`): each LM system's
+"""An evaluation's LM-bound work on a Ray cluster (`pipeline.lm.cluster`): each LM system's
 questions in batches over workers that load the corpus, the index and the embedder once.
 
 The workers share the driver's LM cache (`--cache-dir`, a folder every node sees), so a killed
@@ -25,10 +25,10 @@ class QuestionWorker:
 
     def __init__(self, config: dict, index_directory: str | None, make_runtime: Callable):
         """`config` as a dict, at this worker's LM endpoint, its paths absolute."""
-        from experiments.evaluate import make_workbench
+        from experiments.harness import make_workbench
         from pipeline.config import HyperProveConfig
-        from pipeline.corpus import load_corpus
-        from pipeline.index_store import load_index
+        from pipeline.index.corpus import load_corpus
+        from pipeline.index.store import load_index
         from pipeline.runtime import apply_library_defaults
 
         apply_library_defaults()
@@ -65,7 +65,7 @@ class RayAnswerer:
     the driver's `record`."""
 
     def __init__(self, config, index_directory: Path | None, make_runtime: Callable, record=None, log: Callable[[str], None] = print):
-        from pipeline.cluster import WorkerPool
+        from pipeline.lm.cluster import WorkerPool
 
         index = str(Path(index_directory).resolve()) if index_directory else None
         self.workers = WorkerPool(config, QuestionWorker, index, make_runtime)
@@ -80,7 +80,7 @@ class RayAnswerer:
         from tqdm import tqdm
 
         from experiments.qa import summarize
-        from pipeline.cluster import batches
+        from pipeline.lm.cluster import batches
 
         if not questions:
             raise HyperProveError("no questions to evaluate")

@@ -51,7 +51,7 @@ class QuestionTraces:
     def __init__(self, tracking, profile=None):
         import mlflow.dspy
 
-        self.profile = profile  # the session's `pipeline.lm_profile.LMProfile`: each call's tokens go onto its span
+        self.profile = profile  # the session's `pipeline.lm.profile.LMProfile`: each call's tokens go onto its span
         if profile is not None:
             profile.listeners.append(self.record_call)
         self.mlflow = connect(tracking)

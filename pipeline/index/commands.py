@@ -14,13 +14,13 @@ import numpy as np
 
 from modules.errors import HyperProveError
 from modules.facts import Passage
-from pipeline.documents import FolderCorpus, Reading, file_of, read_folder, shown
 from pipeline.files import (
     writer_lock,
 )
-from pipeline.index import HypergraphIndex, build_index
-from pipeline.index_changes import grow_index, shrink_index
-from pipeline.index_store import check_index_target, load_index, save_index
+from pipeline.index.build import HypergraphIndex, build_index
+from pipeline.index.changes import grow_index, shrink_index
+from pipeline.index.documents import FolderCorpus, Reading, file_of, read_folder, shown
+from pipeline.index.store import check_index_target, load_index, save_index
 
 
 def index_corpus(corpus: str | Path, out: str | Path, config, runtime=None, log: Callable[[str], None] = print,
@@ -30,8 +30,8 @@ def index_corpus(corpus: str | Path, out: str | Path, config, runtime=None, log:
     `cluster.ray`, LM extraction runs on Ray workers, each with `make_runtime(config)`."""
     import time
 
-    from pipeline.corpus import load_corpus
-    from pipeline.extract import describe_extraction, extractor_for
+    from pipeline.index.corpus import load_corpus
+    from pipeline.index.extract import describe_extraction, extractor_for
     from pipeline.runtime import Runtime
 
     check_index_target(out)
@@ -59,7 +59,7 @@ def index_corpus(corpus: str | Path, out: str | Path, config, runtime=None, log:
 
 def say_where(config, log: Callable[[str], None]) -> None:
     """`--ray` with an extractor that asks no LM: nothing to spread, and the user is told so."""
-    from pipeline.extract import LM_EXTRACTORS
+    from pipeline.index.extract import LM_EXTRACTORS
 
     if config.cluster.ray is not None and config.index.extractor not in LM_EXTRACTORS:
         log(f"--ray: the {config.index.extractor} extractor asks no LM, so the index is built here")
@@ -74,8 +74,8 @@ def add_to_index(added_corpus: str | Path, directory: str | Path, config, runtim
     (same title and text) are skipped, so a second run after a finished one changes nothing."""
     import time
 
-    from pipeline.corpus import load_corpus
-    from pipeline.extract import describe_extraction, extractor_for
+    from pipeline.index.corpus import load_corpus
+    from pipeline.index.extract import describe_extraction, extractor_for
     from pipeline.runtime import Runtime
 
     with writer_lock(directory, log):  # one writer at a time: a second waits, then adds to this one's generation
@@ -208,7 +208,7 @@ def joining(still: FolderCorpus | None, documents: dict, passages: Sequence[Pass
 def read_deletions(path: str | Path) -> list[int | str]:
     """A deletions file: a JSON list of passage ids (integers, as the index numbers them) and/or
     titles (strings: every passage of that title)."""
-    from pipeline.corpus import check_text, read_json_list
+    from pipeline.index.corpus import check_text, read_json_list
 
     path = Path(path)
     items = read_json_list(path, "deletions")

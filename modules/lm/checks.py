@@ -11,9 +11,9 @@ import bisect
 import re
 from typing import Sequence
 
-from modules.countries import countries_named
 from modules.facts import ScoredFact
-from modules.references import REFERENCE
+from modules.lm.countries import countries_named
+from modules.lm.references import REFERENCE
 
 MONTHS = "January|February|March|April|May|June|July|August|September|October|November|December"
 

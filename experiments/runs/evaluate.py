@@ -1,5 +1,5 @@
 """`hyperprove evaluate` as one function: systems on a question set and the results folder
-(`track`, e.g. `optimize.tracking.evaluation_tracker`, adds the MLflow run).
+(`track`, e.g. `experiments.runs.tracking.evaluation_tracker`, adds the MLflow run).
 
 Everything that can be wrong with the request (missing files, a results folder that is not one,
 a compiled program that does not load) is found before the first question, so a long evaluation
@@ -47,16 +47,16 @@ def run_evaluation(config: HyperProveConfig, runtime=None, tags: dict | None = N
                    check_index: Callable[[dict | None], None] | None = None, log: Callable[[str], None] = print,
                    track: Track | None = None, make_runtime: Callable | None = None) -> dict:
     """Evaluate the configured systems; `check_index` sees the index manifest before any question,
-    `track` the finished result files before they are moved into place (`optimize.tracking`
+    `track` the finished result files before they are moved into place (`experiments.runs.tracking`
     logs them to MLflow). With `cluster.ray`, the LM systems' questions are answered by Ray
     workers, each with `make_runtime(config)` (default `Runtime`) at its LM endpoint, and no LM is
     started here. Returns {"retrievers": {system: summary}, "out": folder, "mlflow_run": id or None}."""
     from experiments.data import load_questions
-    from experiments.harness import PASSAGE_LEVEL, evaluate_systems, parse_systems, write_results
-    from pipeline.corpus import load_corpus
+    from experiments.harness import PASSAGE_LEVEL, evaluate_systems, make_workbench, parse_systems, write_results
     from pipeline.files import atomic_directory
-    from pipeline.index_store import cached_index, load_index, read_manifest
-    from pipeline.lm_record import CallRecord, read_record
+    from pipeline.index.corpus import load_corpus
+    from pipeline.index.store import cached_index, load_index, read_manifest
+    from pipeline.lm.record import CallRecord, read_record
     from pipeline.program import program_for
     from pipeline.provenance import git_state
     from pipeline.runtime import Runtime
@@ -68,7 +68,7 @@ def run_evaluation(config: HyperProveConfig, runtime=None, tags: dict | None = N
     names = parse_systems(run.retrievers)
     with_lm = run.decomposition == "lm"
     if with_lm and config.cluster.ray is not None:
-        from pipeline.cluster import ray_module
+        from pipeline.lm.cluster import ray_module
 
         ray_module()  # the extra is missing: say so before any work
     out = results_folder(config)
@@ -121,7 +121,7 @@ def run_evaluation(config: HyperProveConfig, runtime=None, tags: dict | None = N
 
     answer = None
     if on_ray:
-        from experiments.distributed import RayAnswerer
+        from experiments.runs.distributed import RayAnswerer
 
         if bench.needs_index and index_directory is None:
             raise HyperProveError("--ray: the workers load the index from its folder, and this one was not saved (extraction "
@@ -143,21 +143,6 @@ def run_evaluation(config: HyperProveConfig, runtime=None, tags: dict | None = N
         outcome["traces"] = runtime.traces.close(outcome["mlflow_run"])
         log(f"{outcome['traces']} question traces in the run's experiment")
     return outcome
-
-
-def make_workbench(config: HyperProveConfig, passages, embedder, load_index: Callable | None, needs_index: bool, index_label: str):
-    """The `Workbench` of an evaluation: with the LM, programs over its index's retriever and
-    readers with the compiled prompts loaded (a Ray worker builds the same one)."""
-    from experiments.harness import Workbench
-    from pipeline.program import load_compiled, program_for
-
-    with_lm = config.evaluation.decomposition == "lm"
-    return Workbench(
-        passages, config, embedder, load_index,
-        make_program=(lambda index: program_for(index.retriever(config.retriever, embedder.encode_query), config)) if with_lm else None,
-        prepare_reader=lambda module: load_compiled(module, config.program.compiled),
-        needs_index=needs_index, index_label=index_label,
-    )
 
 
 def partial_folder(out: Path) -> Path:
@@ -219,11 +204,11 @@ def record_evaluation(config: HyperProveConfig, results: dict, out: Path, header
     """Write the results folder (atomically, as a whole) and print the table; `track` sees the
     files first. `header` (from `results_header`) carries the git state taken when the run started;
     with `pages` (the questions and the passage titles), systems that answered get an
-    evidence-chain page per question in `pages/`; with `record` (`pipeline.lm_record.CallRecord`)
+    evidence-chain page per question in `pages/`; with `record` (`pipeline.lm.record.CallRecord`)
     the run's LM calls are `lm_calls.jsonl.gz`, their sha256 in results.json, and the returned
     `lm_calls` says how many there were and how many a replayed record answered."""
-    from experiments.failures import write_pages
     from experiments.harness import results_table, write_results
+    from experiments.runs.failures import write_pages
     from pipeline.files import atomic_directory, atomic_write_bytes, atomic_write_json, read_json
 
     compiled = config.program.compiled

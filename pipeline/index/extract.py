@@ -29,7 +29,7 @@ from typing import Callable, Iterator, Protocol, Sequence
 
 from modules.errors import HyperProveError
 from modules.facts import Fact, Passage
-from modules.text_rules import find_entities, resolve_pronoun, split_sentences, subject_name
+from modules.lm.checks import find_entities, resolve_pronoun, split_sentences, subject_name
 from pipeline.config import EXTRACTORS
 from pipeline.files import atomic_write_json, clear_scratch
 
@@ -76,7 +76,7 @@ class SentenceExtractor:
 
 
 class LMExtractor:
-    """Step 1 by an LM (`modules.steps.FactExtractor`): one call per passage.
+    """Step 1 by an LM (`modules.lm.predictors.FactExtractor`): one call per passage.
 
     - Cache: each passage's facts are written as JSON under its content hash, the extractor
       version and the LM id, as soon as they arrive; an interrupted build resumes where it stopped.
@@ -102,7 +102,7 @@ class LMExtractor:
 
     @staticmethod
     def make_module():
-        from modules.steps import FactExtractor
+        from modules.lm.predictors import FactExtractor
 
         return FactExtractor()
 
@@ -178,7 +178,7 @@ class LMExtractor:
 
 class LMEntityExtractor(LMExtractor):
     """Step 1 with the work split: the facts are the passage's sentences, pronouns resolved by
-    rule as in `sentences`, and the LM names the passage's entities (`modules.steps.EntityExtractor`);
+    rule as in `sentences`, and the LM names the passage's entities (`modules.lm.predictors.EntityExtractor`);
     each sentence gets the named entities it mentions (the rule-based ones when it mentions none).
     The LM writes a list of names instead of restating the passage, less than half the tokens
     of `lm`; cache, concurrency, retry and fallback are `LMExtractor`'s."""
@@ -188,13 +188,13 @@ class LMEntityExtractor(LMExtractor):
 
     @staticmethod
     def make_module():
-        from modules.steps import EntityExtractor
+        from modules.lm.predictors import EntityExtractor
 
         return EntityExtractor()
 
     @staticmethod
     def rows(passage: Passage, output) -> list[dict]:
-        from modules.text_rules import mentioned
+        from modules.lm.checks import mentioned
 
         return [{"text": fact.text, "entities": mentioned(output.entities, fact.text)} for fact in SentenceExtractor().extract_passage(passage, 0)]
 
@@ -205,7 +205,7 @@ def ask_rows(module, rows: Callable, lm, passage: Passage) -> tuple[list[dict] |
     import dspy
     from dspy.utils.exceptions import AdapterParseError
 
-    from modules.steps import MalformedOutput
+    from modules.lm.predictors import MalformedOutput
 
     for attempt in range(2):
         try:
@@ -218,7 +218,7 @@ def ask_rows(module, rows: Callable, lm, passage: Passage) -> tuple[list[dict] |
 
 
 class PassageWorker:
-    """A Ray worker (`pipeline.cluster`): an LM session of its own at its endpoint, extracting
+    """A Ray worker (`pipeline.lm.cluster`): an LM session of its own at its endpoint, extracting
     batches of passages with `lm.concurrency` of them in flight; it writes nothing."""
 
     def __init__(self, config: dict, make_runtime: Callable):
@@ -243,13 +243,13 @@ class RayPassages:
     batch = 8  # passages per task
 
     def __init__(self, config, make_runtime: Callable, log: Callable[[str], None] = print):
-        from pipeline.cluster import ray_module
+        from pipeline.lm.cluster import ray_module
 
         ray_module()  # the extra is missing: say so before any work
         self.config, self.make_runtime, self.log = config, make_runtime, log
 
     def __call__(self, passages: Sequence[Passage]) -> Iterator[tuple[int, list[dict] | None, bool]]:
-        from pipeline.cluster import WorkerPool, batches
+        from pipeline.lm.cluster import WorkerPool, batches
 
         if not passages:
             return

@@ -3,7 +3,7 @@ tracked run, `hyperprove reproduce RESULTS_FOLDER` for a results folder, a commi
 
 The run's `results.json` holds the whole config and the checksums of the data;
 `index_manifest.json` the index's file checksums; `program.json` the compiled program;
-`lm_calls.jsonl.gz` every LM call it made (`pipeline.lm_record`), which the rerun replays, so an
+`lm_calls.jsonl.gz` every LM call it made (`pipeline.lm.record`), which the rerun replays, so an
 LM run reproduces without the LM. The rerun refuses changed data or a changed index, reruns the
 recorded config as a new run tagged `hyperprove.reproduces`, and prints every metric as equal or
 with its change (timings are wall-clock and not compared).
@@ -36,8 +36,8 @@ COST = ("prompt_tokens_per_question", "cached_prompt_tokens_per_question", "comp
 def recorded_evaluation(tracking: TrackingConfig, run_id: str, scratch: Path) -> dict:
     """The results.json, index_manifest.json and compiled program (bytes) an evaluate run logged,
     and its recorded LM calls downloaded into `scratch` (None where the run logged none)."""
-    from pipeline.lm_record import RECORD_FILE
-    from pipeline.tracing import connect
+    from pipeline.lm.record import RECORD_FILE
+    from pipeline.traces import connect
 
     connect(tracking)
     scratch.mkdir(parents=True, exist_ok=True)
@@ -180,9 +180,9 @@ def reproduce(source: str, tracking: TrackingConfig, out: str | None = None, cac
     its recorded LM calls (a call not in the record stops the rerun unless `live`); returns the new
     run, its folder and the deltas. `make_runtime(config)` gives the LM and embedder of the rerun
     (default: the configured ones)."""
-    from experiments.evaluate import run_evaluation
     from experiments.harness import timestamp
-    from optimize.tracking import evaluation_tracker
+    from experiments.runs.evaluate import run_evaluation
+    from experiments.runs.tracking import evaluation_tracker
     from pipeline.provenance import git_state
 
     started = time.perf_counter()

@@ -151,7 +151,7 @@ Listener = Callable[[str, dict, dict], None]  # (cache key, request data, reply 
 class JSONCache(Cache):
     """DSPy's `Cache` (same keys, same in-memory tier, same cache-hit marking) whose disk tier is
     a `ResponseStore`; set as `dspy.cache` by `configure_lm_cache`. Every call it sees, answered
-    here or by the LM, goes to its `listeners` (`pipeline.lm_record.CallRecord` records a run's calls)."""
+    here or by the LM, goes to its `listeners` (`pipeline.lm.record.CallRecord` records a run's calls)."""
 
     def __init__(self, directory: str | Path):
         super().__init__(enable_disk_cache=False, enable_memory_cache=True, disk_cache_dir=None)

@@ -12,7 +12,7 @@ from modules.errors import HyperProveError
 from pipeline.config import HyperProveConfig
 from pipeline.files import read_json
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 DATASET_ORDER = ("musique", "2wiki", "hotpotqa")

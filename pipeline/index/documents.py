@@ -7,7 +7,7 @@ sentence boundaries, with a few words of overlap where a cut falls inside a para
 stated across the cut is whole in one passage). Each passage is titled by its document and
 section, and carries its source, `file#chunk` (the file's path and the passage's place in it);
 reading a changed folder again replaces only the passages whose text changed, and the others
-keep their ids (`pipeline.index_commands.folder_update`).
+keep their ids (`pipeline.index.commands.folder_update`).
 """
 
 from __future__ import annotations
@@ -436,7 +436,7 @@ def read_pdf(path: Path, data: bytes, max_pages: int = 2000, max_text_mb: float 
 
 def read_corpus_file(path: Path, data: bytes) -> list[Passage]:
     """Today's corpus files: a JSON list of {"title", "text"}, or JSON lines of them."""
-    from pipeline.corpus import corpus_passage
+    from pipeline.index.corpus import corpus_passage
 
     if path.suffix.lower() == ".jsonl":
         items = [json.loads(line) for line in decoded(data).splitlines() if line.strip()]

@@ -1,9 +1,9 @@
 """A run's LM calls as data: recorded while it runs, written beside its results, replayed by a rerun.
 
-Every LM call passes the LM cache (`pipeline.lm_cache.JSONCache`) under DSPy's cache key (the
+Every LM call passes the LM cache (`pipeline.lm.cache.JSONCache`) under DSPy's cache key (the
 request without the API key and endpoint), answered there or by the LM. `CallRecord` hears each
 one and keeps, once per request, the request as sent (model, messages, sampling settings), the
-reply (`kind` and `response`, as `pipeline.lm_cache.response_data` gives them), and who asked
+reply (`kind` and `response`, as `pipeline.lm.cache.response_data` gives them), and who asked
 (system, question id, step). `lm_calls.jsonl.gz` is that record:
 gzip'd JSON lines, a header line and then one line per request; results.json names its sha256.
 
@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from modules.errors import HyperProveError, UnrecordedCall
-from pipeline.lm_cache import JSONCache, reply_text, request_data, response_from_data
-from pipeline.lm_profile import step_of
+from pipeline.lm.cache import JSONCache, reply_text, request_data, response_from_data
+from pipeline.lm.profile import step_of
 
 RECORD_FILE = "lm_calls.jsonl.gz"
 RECORD_FORMAT, RECORD_VERSION = "hyperprove.lm_calls", 1
@@ -73,7 +73,7 @@ class CallRecord:
                 kept["asked_by"].extend(a for a in call["asked_by"] if a not in kept["asked_by"])
 
     def observe(self, key: str, request: dict, reply: dict) -> None:
-        """One call: its key, its request as data, its reply as `pipeline.lm_cache.response_data` gives it."""
+        """One call: its key, its request as data, its reply as `pipeline.lm.cache.response_data` gives it."""
         self.add([{"key": key, "asked_by": [current_asker()], "request": request, **reply}])
 
     def __len__(self) -> int:

@@ -13,11 +13,10 @@ import scipy.sparse as sp
 
 from modules.errors import HyperProveError
 from modules.facts import Passage
-from modules.hypergraph import binary_csr
-from modules.vectors import VectorIndex
+from modules.retrieval.hypergraph import binary_csr
+from modules.retrieval.vectors import VectorIndex
 from pipeline.config import IndexConfig
-from pipeline.extract import Extractor, make_extractor
-from pipeline.index import (
+from pipeline.index.build import (
     SYNONYM_NPROBE,
     VECTOR_SETS,
     HypergraphIndex,
@@ -26,6 +25,7 @@ from pipeline.index import (
     entity_incidence,
     listed_incidence,
 )
+from pipeline.index.extract import Extractor, make_extractor
 
 
 def widened(matrix: sp.csr_matrix, shape: tuple[int, int]) -> sp.csr_matrix:

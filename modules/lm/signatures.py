@@ -1,6 +1,6 @@
 """The declarative LM steps of METHOD.md as DSPy signatures (steps 1, 4, 5, 10 and 11).
 
-Each signature says what goes in and what comes out; the modules in `modules/steps.py` add the
+Each signature says what goes in and what comes out; the modules in `modules/lm/predictors.py` add the
 built-in demonstrations and the checks that keep a small model's output usable.
 """
 

@@ -1,8 +1,8 @@
 """Corpus -> hypergraph index (steps 1-3), in memory: entity names, synonyms, the build.
 
-`HypergraphIndex` holds everything retrieval needs; `pipeline.index_store` writes and reads it
-(its on-disk format and the index cache), `pipeline.index_changes` adds and deletes passages,
-`pipeline.index_commands` is what the `index` command runs.
+`HypergraphIndex` holds everything retrieval needs; `pipeline.index.store` writes and reads it
+(its on-disk format and the index cache), `pipeline.index.changes` adds and deletes passages,
+`pipeline.index.commands` is what the `index` command runs.
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ import scipy.sparse as sp
 
 from modules.errors import HyperProveError
 from modules.facts import Fact, Passage
-from modules.hypergraph import Hypergraph, binary_csr, expand_synonyms
-from modules.retriever import FactTable, HypergraphRetriever, RetrieverConfig
-from modules.text_rules import find_entities, subject_name
-from modules.vectors import VectorIndex
+from modules.lm.checks import find_entities, subject_name
+from modules.retrieval.hypergraph import Hypergraph, binary_csr, expand_synonyms
+from modules.retrieval.retriever import FactTable, HypergraphRetriever, RetrieverConfig
+from modules.retrieval.vectors import VectorIndex
 from pipeline.config import IndexConfig
-from pipeline.extract import Extractor, make_extractor
+from pipeline.index.extract import Extractor, make_extractor
 
 SYNONYM_QUERY_CHUNK = 65_536
 SYNONYM_NPROBE = 4  # IVF lists scanned per name: synonyms (cos > 0.8) are near-duplicates, in the same cell

@@ -1,6 +1,6 @@
 """The embedded local model: its file, joined from 22 PyPI packages and checked, and the
 in-process llama.cpp server (xllamacpp) that serves it on a loopback port with an
-OpenAI-compatible API (`pipeline.lm.make_lm` points DSPy at it), or, for other processes and
+OpenAI-compatible API (`pipeline.lm.session.make_lm` points DSPy at it), or, for other processes and
 machines, on an address of the user's choosing (`serve_local_model`, `hyperprove serve-lm`)."""
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ def guard(upstream: str, hosts):
     from starlette.responses import StreamingResponse
     from starlette.routing import Route
 
-    from pipeline.serving import OwnPageOnly, error, read_body
+    from pipeline.serve.http import OwnPageOnly, error, read_body
 
     @asynccontextmanager
     async def lifespan(app):
@@ -172,7 +172,7 @@ def serve_local_model(config: LMConfig, host: str = "127.0.0.1", port: int = 808
     those of the in-process model. `config.threads` server slots answer requests side by side.
     llama.cpp listens on a loopback port of its own; the `guard` in front of it is what is bound."""
     from pipeline.config import LOCAL_MODEL_ID
-    from pipeline.serving import Served, check_host, host_names, wait_until_stopped
+    from pipeline.serve.http import Served, check_host, host_names, wait_until_stopped
 
     check_host(host, allow_remote, "the embedded model")
     if config.model is not None:

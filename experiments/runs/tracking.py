@@ -8,7 +8,7 @@
 
 The store is SQLite (MLflow 3 retired the file store) with artifacts in a folder beside it; both
 come from `TrackingConfig`, so a test or a shared server is one config value away. The store
-connection and the per-question traces live in `pipeline.tracing`.
+connection and the per-question traces live in `pipeline.traces`.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from pathlib import Path
 
 from modules.errors import HyperProveError, first_line
 from pipeline.files import process_alive
-from pipeline.serving import check_host, is_loopback, stop_signals, stopped_by
-from pipeline.tracing import connect, experiment_id, make_sqlite_folder
+from pipeline.serve.http import check_host, is_loopback, stop_signals, stopped_by
+from pipeline.traces import connect, experiment_id, make_sqlite_folder
 
 PACKAGES = ("dspy", "mlflow", "optuna", "faiss-cpu", "sentence-transformers", "torch", "numpy", "scipy", "xllamacpp", "bm25s")
 
@@ -128,9 +128,9 @@ def log_evaluation(tracking, config: dict, systems: dict[str, dict], artifacts: 
 
 
 def evaluation_tracker(config, log=print):
-    """What `experiments.evaluate.run_evaluation` takes as `track` to log an evaluation's result
+    """What `experiments.runs.evaluate.run_evaluation` takes as `track` to log an evaluation's result
     files as one MLflow run before they are moved into place; None when tracking is off."""
-    from experiments.evaluate import run_name
+    from experiments.runs.evaluate import run_name
 
     if not config.tracking.enabled:
         return None

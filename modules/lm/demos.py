@@ -1,6 +1,6 @@
 """The built-in demonstrations of the LM steps, as data.
 
-A 1.5B local model follows the signatures of `modules.signatures` only with examples in front
+A 1.5B local model follows the signatures of `modules.lm.signatures` only with examples in front
 of it, so every predictor ships one or two hand-written demonstrations (about one invented film,
 not taken from any benchmark). An optimizer (`hyperprove compile`) replaces them.
 """

@@ -22,9 +22,9 @@ from typing import Callable, Sequence
 
 from experiments.data import Question
 from experiments.metrics import f1_score
-from modules.references import references
-from modules.text_rules import lower_words, named_words
-from pipeline.pages import reached_passages
+from modules.lm.checks import lower_words, named_words
+from modules.lm.references import references
+from pipeline.serve.pages import reached_passages
 
 STAGES = ("decomposition", "retrieval", "bridge", "final reader")
 BRIDGE_F1 = 0.5  # a hop answer this close to a gold intermediate answer carries the bridge
@@ -84,7 +84,7 @@ def failure_summary(rows: Sequence[dict], questions: Sequence[Question]) -> dict
 
 def page_link(folder: str = "pages") -> Callable[[str, str], str | None]:
     """Where a question's page of a system lies, relative to the file that links to it."""
-    from pipeline.pages import page_name
+    from pipeline.serve.pages import page_name
 
     return lambda system, question_id: f"{folder}/{system}/{page_name(question_id)}"
 
@@ -127,7 +127,7 @@ def write_pages(directory: Path, results: dict[str, list[dict]], questions: Sequ
     """An evidence-chain page per question and system that answered (`directory/<system>/<id>.html`),
     an index per system (wrong answers first, by the stage that failed, then by F1) and one of the
     systems (`directory/index.html`). Returns the number of question pages."""
-    from pipeline.pages import chain_page, index_page, page_name
+    from pipeline.serve.pages import chain_page, index_page, page_name
 
     by_id = {question.id: question for question in questions}
     systems, written = [], 0

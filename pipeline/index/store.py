@@ -23,8 +23,8 @@ import scipy.sparse as sp
 
 from modules.errors import HyperProveError
 from modules.facts import Passage
-from modules.hypergraph import binary_csr
-from modules.vectors import VectorIndex
+from modules.retrieval.hypergraph import binary_csr
+from modules.retrieval.vectors import VectorIndex
 from pipeline.config import IndexConfig
 from pipeline.files import (
     atomic_directory,
@@ -39,7 +39,7 @@ from pipeline.files import (
     sha256_files,
     writer_lock,
 )
-from pipeline.index import VECTOR_SETS, HypergraphIndex, build_index, corpus_checksum, listed_incidence
+from pipeline.index.build import VECTOR_SETS, HypergraphIndex, build_index, corpus_checksum, listed_incidence
 
 FORMAT = "hyperprove-index"
 FORMAT_VERSION = 3  # 2: stable passage ids and surface names; 3: the manifest's own checksum and the next passage id
@@ -334,7 +334,7 @@ def index_key(passages: Sequence[Passage], config) -> str:
     """What a cached index is keyed on: the corpus, every setting that shapes the index, and the
     extractor's version (and, for the `lm` extractor, the LM), so a changed setting never
     reuses an index built with another."""
-    from pipeline.extract import EXTRACTOR_VERSIONS
+    from pipeline.index.extract import EXTRACTOR_VERSIONS
 
     shaping = {**config.index.shaping(), "extractor_version": EXTRACTOR_VERSIONS[config.index.extractor], "format_version": FORMAT_VERSION}
     if config.index.extractor != "sentences":  # an LM extractor: its facts are that LM's
@@ -348,7 +348,7 @@ def cached_index(passages: list[Passage], config, runtime, log: Callable[[str], 
     """The index of this corpus under this config (a `HyperProveConfig`), built once and kept in
     the cache dir; returns it and its directory (None when extraction fallbacks kept it out of
     the cache, so that the next run tries those passages again)."""
-    from pipeline.extract import describe_extraction, extractor_for
+    from pipeline.index.extract import describe_extraction, extractor_for
 
     directory = Path(config.cache_dir) / "indexes" / index_key(passages, config)
     clear_scratch(directory.parent)  # what killed builds left, under this key or any other

@@ -41,8 +41,8 @@ from scipy.sparse.csgraph import dijkstra
 from modules.config import RetrieverConfig
 from modules.errors import HyperProveError
 from modules.facts import Passage, ScoredFact
-from modules.hypergraph import Hypergraph
-from modules.vectors import VectorIndex
+from modules.retrieval.hypergraph import Hypergraph
+from modules.retrieval.vectors import VectorIndex
 
 
 @dataclass

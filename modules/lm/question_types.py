@@ -20,9 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from modules.countries import countries_named
-from modules.references import references
-from modules.text_rules import (
+from modules.lm.checks import (
     DATE,
     MONTHS,
     NUMBER,
@@ -33,6 +31,8 @@ from modules.text_rules import (
     named_words,
     question_options,
 )
+from modules.lm.countries import countries_named
+from modules.lm.references import references
 
 QUESTION_TYPES = ("comparison", "equality", "choice", "other")
 

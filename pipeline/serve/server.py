@@ -32,8 +32,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
 
 from modules.errors import HyperProveError
-from pipeline.corpus import text_problem
-from pipeline.serving import OwnPageOnly, error, read_body
+from pipeline.index.corpus import text_problem
+from pipeline.serve.http import OwnPageOnly, error, read_body
 
 MAX_QUESTION = 2000  # characters: a question, not a document
 MAX_BODY = 16_384  # bytes of a POST body: a question of MAX_QUESTION characters, escaped, fits
@@ -79,7 +79,7 @@ async def read_json_body(request: Request) -> tuple[object, JSONResponse | None]
 
 def failure(exception: BaseException) -> tuple[int, str]:
     """The status and one line for a question that could not be answered at all."""
-    from pipeline.lm import LM_UNAVAILABLE
+    from pipeline.lm.session import LM_UNAVAILABLE
 
     if isinstance(exception, LM_UNAVAILABLE):
         return 503, f"the LM could not be reached: {type(exception).__name__}: {str(exception).splitlines()[0] if str(exception) else ''}".rstrip(": ")
@@ -164,7 +164,7 @@ async def disconnected(request: Request) -> None:
 def make_app(asker, places: int, title: str = "HyperProve", hosts: Collection[str] | None = ()):
     """The FastAPI app over an `Asker` (an index and a program, loaded once), answering requests
     whose `Host` is a loopback name or address or one of `hosts` (None: any host)."""
-    from pipeline.pages import chain_parts, chain_view, live_page
+    from pipeline.serve.pages import chain_parts, chain_view, live_page
 
     app = FastAPI(title=title, docs_url=None, redoc_url=None, openapi_url=None)
     app.add_middleware(OwnPageOnly, hosts=None if hosts is None else {name.lower() for name in hosts})
@@ -260,7 +260,7 @@ def serve(config, index_directory: str, host: str = "127.0.0.1", port: int = 800
     """`hyperprove serve`: load the index and the program once, then serve until Ctrl-C, SIGTERM or
     SIGHUP (or `stop`)."""
     from pipeline.program import Asker
-    from pipeline.serving import Served, check_host, host_names, wait_until_stopped
+    from pipeline.serve.http import Served, check_host, host_names, wait_until_stopped
 
     check_host(host, allow_remote, "questions over this index")
     config = served_config(config)

@@ -1,0 +1,1 @@
+"""The deterministic retriever core: the hypergraph, the vector indexes and the HypergraphRetriever (no LM, no I/O)."""

@@ -1,0 +1,1 @@
+"""Corpus to index: reading documents and corpora, extracting facts, building, saving and changing the hypergraph index."""
