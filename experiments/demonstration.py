@@ -22,8 +22,9 @@ def run_demo(config, runtime=None, log: Callable[[str], None] = print) -> dict:
     from pipeline.index.corpus import load_corpus
     from pipeline.index.extract import seed_extracted_facts
     from pipeline.index.store import cached_index
-    from pipeline.program import answer_record, format_chain, program_for
+    from pipeline.program import program_for
     from pipeline.runtime import Runtime
+    from pipeline.serve.ask import answer_record, format_chain
 
     started = time.perf_counter()
     program = program_for(None, config)  # a bad --program fails before any work

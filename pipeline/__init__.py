@@ -28,8 +28,8 @@ _WHERE = {  # name -> the module that defines it
     "HypergraphIndex": "pipeline.index.build",
     "HypergraphRetriever": "modules.retrieval.retriever",
     "HyperProve": "pipeline.program",
-    "ask": "pipeline.program",
-    "Asker": "pipeline.program",
+    "ask": "pipeline.serve.ask",
+    "Asker": "pipeline.serve.ask",
     "make_app": "pipeline.serve.server",
 }
 

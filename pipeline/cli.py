@@ -86,7 +86,7 @@ def cmd_index(args, make_runtime) -> dict:
 
 
 def cmd_ask(args, make_runtime) -> dict:
-    from pipeline.program import ask
+    from pipeline.serve.ask import ask
 
     config = build_config(args)
     return ask(config, args.index, args.question, make_runtime(config), profile=args.profile, html=args.html)

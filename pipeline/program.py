@@ -1,61 +1,14 @@
-"""`HyperProve`: the program that wires the LM steps around the deterministic retriever.
+"""`HyperProve`: the program that wires the LM modules around the deterministic retriever.
 
     decompose (4) -> per hop: rewrite with resolved answers (5) -> retrieve from the carried
     frontier (6-9) -> answer the hop (10) -> carry answer and supporting facts -> final answer (11)
 
-What the program decides where METHOD.md is silent:
-- The carried frontier is F_{t-1} plus the facts the hop reader cites as support; when it
-  cites none (or fails), plus the hop's top-K facts, as in step 9 (`carry="top_k"` always does).
-- Fallbacks, so that one question never crashes a batch: an unusable decomposition becomes one
-  hop on the original question; an unusable rewrite becomes plain "#k" substitution; an
-  unusable hop answer becomes the hop's best fact, so the next hop still has a bridge; an
-  unusable final answer becomes the last hop's answer. Each fallback is recorded in the output.
-- With `choose_options`, a final answer that is none of the options the question names is asked
-  for again as a choice between them (`AnswerGenerator`); every peer's reader does the same.
-- Checks a small model needs (`ProgramConfig`; on by default, chosen on train): a decomposition that drops
-  or invents a name of the question is asked for again (`entity_retries`); a hop answer its
-  facts do not contain is asked for again, then replaced by a span of them of the kind the hop
-  asks for, a date, a number or a name (`grounded_hops`; with `grounded_in="evidence"` an
-  answer that an uncited fact of the hop contains is kept).
-- Chains checked (`chain_checks`, with `entity_retries`): a decomposition with a step whose
-  answer no later step uses, in a question that compares nothing, is asked for again too.
-- Identity steps folded (`fold_identities`): a sub-question that only asks who a named thing is
-  ("Who is Max Cavalera?") is dropped and the name written where later steps refer to it (#k);
-  such a hop answers with the name it was given, at the cost of a hop answer and a rewrite. Off:
-  the identity hop's facts also seed the next hop, and on train folding lost as much as it won.
-- Bridges by rule (`bridge_rewrite="rule"`): "#k" is replaced by the answer, without the LM
-  call of step 5; on train the LM's rewrite mostly equalled the plain substitution (FINDINGS).
-- Hop answers about the hop's subject (`hop_subject`): a hop answer that is the thing the hop
-  asks about, or that rests on facts about something else while others of its facts name that
-  thing, is asked for again, then replaced by a span of the facts that name it (a place for a
-  "where" hop).
-- Countries by any name (`country_names`): a hop answer naming a country its facts name by
-  another word ("Austria" for "an Austrian composer") counts as grounded.
-- Comparison plans (`comparison_plans`): a comparison or same-country question of a shape the
-  rules read ("Which film has the director born first, X or Y?") gets its sub-questions by rule
-  (`comparison_plan`: per compared thing its director, then the date or country compared), with
-  no decomposer call; any other question is decomposed by the LM.
-- Comparisons by rule (`compare_by_rule`): a question that orders two named options by a date,
-  a number or the years lived ("Which film came out first, X or Y?"), or asks whether two things
-  are from the same country, is answered from the hop answers (`modules.lm.question_types`) without
-  the final reader; when a value does not parse, the reader answers and the reason is recorded.
-  These two and `country_names` are on (together: 2Wiki train F1 39.8 -> 57.1 with a fifth
-  fewer LM calls, FINDINGS); `hop_subject`, `chain_checks` and `last_hop_answers` are off until
-  a train run shows they help.
-- The last hop's answer (`last_hop_answers`): a chain of two or more hops whose last hop asks for
-  the kind of answer the question asks (a date, a number, a name) and found it in its facts ends
-  with that answer, without the final reader.
-- The top passage's other sentences (`hop_passage_facts` N, 6): the hop reader reads the hop's K
-  facts, then up to N more facts of the hop's top passage in the passage's order (what the
-  passage says of its subject beyond the K facts: "Born as Leopoldo Torres Nilsson, ... the son
-  of ..." does not name "Leopoldo Torre Nilsson" and ranks low). The frontier still carries the
-  cited facts. On the three train splits together F1 +2.6 [+0.0, +5.2], no more calls (FINDINGS).
-- Passages for Recall@k: each hop's ranked passages, interleaved rank by rank; with
-  `question_channel`, the ranking for the whole question (no frontier) leads the interleaving,
-  so a hop that went astray still leaves the passages the question itself points to.
-- The final reader sees, by `reader_evidence`: the answered sub-questions and the facts of F_m
-  with passage titles ("facts"), the answered sub-questions and the top 5 passages
-  ("passages"), or the top 5 passages alone, as each peer's reader sees its own ("passages-only").
+Where METHOD.md is silent, the program carries F_{t-1} plus the facts the hop reader cites (its
+top-K facts when it cites none, or always with `carry="top_k"`), and never lets one question
+crash a batch: each LM module that fails falls back on plain data (one hop on the question, "#k"
+substitution, the hop's best fact, the last hop's answer) and the fallback is recorded. The
+checks and rules a small model needs are `ProgramConfig` options, each described there;
+`experiments/FINDINGS.md` holds what train runs measured for each.
 """
 
 from __future__ import annotations
@@ -64,7 +17,6 @@ import re
 import time
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -347,103 +299,3 @@ def answer_before_choice(note: str) -> str | None:
 
     match = _CHOSEN.fullmatch(note)
     return ast.literal_eval(match.group(1)) if match else None
-
-
-def format_chain(prediction: dspy.Prediction) -> list[str]:
-    """The evidence chain as lines: per hop the sub-question, the query, the facts, the answer;
-    `*` marks the facts the hop reader cited."""
-    lines = []
-    for hop in prediction.chain:
-        lines.append(f"  hop {hop['hop']}: {hop['sub_question']}")
-        if hop["query"] != hop["sub_question"]:
-            lines.append(f"    rewritten: {hop['query']}")
-        for fact in hop["facts"]:
-            mark = "*" if fact["id"] in hop["supporting"] else " "
-            lines.append(f"   {mark}[{fact['score']:.3f}] ({fact['title']}) {fact['text']}")
-        lines.append(f"    -> {hop['answer']}")
-    if prediction.get("by_rule"):
-        lines.append(f"  answered by rule: {prediction.by_rule}")
-    for note in prediction.fallbacks:
-        lines.append(f"  fallback: {note}")
-    return lines
-
-
-def answer_record(question: str, prediction: dspy.Prediction) -> dict:
-    return {"question": question, "answer": prediction.answer, "chain": prediction.chain, "fallbacks": prediction.fallbacks,
-            **({"by_rule": prediction.by_rule} if prediction.get("by_rule") else {})}
-
-
-class Asker:
-    """A saved index and the program of a config, loaded once, answering questions: one for
-    `ask`, many (from several threads at once) for `serve`."""
-
-    def __init__(self, config, index_directory: str | Path, runtime=None):
-        from pipeline.index.store import load_index
-        from pipeline.runtime import Runtime
-
-        self.runtime = runtime or Runtime(config)
-        self.program = program_for(None, config)  # a bad --program fails before the index and the LM load
-        self.index = load_index(index_directory, expect_embedder=config.index.embedder)
-        self.program.retriever = self.index.retriever(config.retriever, self.runtime.embedder.encode_query)
-        self.titles = [passage.title for passage in self.index.passages]
-        self.passage_sources = [passage.source for passage in self.index.passages]  # "file#chunk" for a folder's passages
-        # the LM, the embedder and the traces now, in this thread: DSPy is configured by the thread
-        # that starts it, and questions answered in several threads share one of each
-        self.runtime.session, self.runtime.traces
-        self.runtime.embedder.load()
-
-    def __call__(self, question: str, listener: Callable[[str, dict], None] | None = None) -> tuple[dict, dspy.Prediction]:
-        """The answer record (the chain, the top passages with their text and files, the LM's
-        cost) and the prediction;
-        `listener` hears the plan and each hop as they come (`hops_to`). The LM cost is the
-        question's own, with others answered at the same time in other threads."""
-        if not question.strip():
-            raise HyperProveError("the question is empty")
-        session = self.runtime.session
-        started = time.perf_counter()
-        with hops_to(listener), session.profile.bill() as bill, self.runtime.question_trace(question) as finish:
-            prediction = self.program(question)
-            finish(prediction.answer, prediction.fallbacks)
-        steps = {step: asdict(cost) for step, cost in bill.items() if cost.calls}
-        record = {**answer_record(question, prediction), "passages": list(prediction.passages),
-                  "sources": self.sources(prediction.passages[:5]), "lm": session.id,
-                  "lm_calls": sum(cost["calls"] for cost in steps.values()), "lm_steps": steps,
-                  "seconds": round(time.perf_counter() - started, 2)}
-        return record, prediction
-
-    def sources(self, passages) -> list[dict]:
-        """Passages as the answer's reader sees them: id, title, text, and the file they came from."""
-        return [{"id": int(p), "title": passage.title, "text": passage.text, **({"source": passage.source} if passage.source else {})}
-                for p in passages for passage in [self.index.passages[p]]]
-
-
-def ask(config, index_directory: str, question: str, runtime=None, log=print, profile: bool = False, html: str | None = None) -> dict:
-    """Answer one question over a saved index with the program of `config`; logs the chain, with
-    `profile` what each LM step cost (calls, tokens, tokens from the prompt cache, seconds), with
-    `html` writes the chain as an evidence-chain page to that file, and with tracking on logs the
-    question as one MLflow trace."""
-    from pipeline.files import atomic_write_bytes
-    from pipeline.index.corpus import text_problem
-    from pipeline.lm.profile import profile_table
-    from pipeline.serve.pages import chain_page
-
-    if not question.strip():
-        raise HyperProveError("the question is empty")
-    if problem := text_problem(question):
-        raise HyperProveError(f"the question {problem}")
-    if html and Path(html).is_dir():
-        raise HyperProveError(f"--html {html}: is a folder; name the page file to write")
-    asker = Asker(config, index_directory, runtime)
-    record, prediction = asker(question)
-    traced = asker.runtime.traces.close() if asker.runtime.traces_started else 0
-    log(f"Q: {question}")
-    log("\n".join(format_chain(prediction)))
-    log(f"A: {prediction.answer}")
-    if profile:
-        log(profile_table(record["lm_steps"]).rstrip())
-    if html:
-        atomic_write_bytes(Path(html), chain_page(record, asker.titles, sources=asker.passage_sources).encode())
-        log(f"evidence chain: {html}")
-    if traced:
-        log(f"trace: in MLflow experiment {config.tracking.experiment!r} of {config.tracking.uri} (`hyperprove ui` shows it)")
-    return record

@@ -324,7 +324,7 @@ def test_compare_by_rule_answers_from_the_hop_answers_without_the_final_reader(r
     assert prediction.answer == "Leah Adler"  # 2017 before 2020: the reader, which would say Spielberg, is not asked
     assert prediction.by_rule == "Leah Adler (2017) < Steven Spielberg (2020-3), the lesser wins"
     assert len(lm.history) == 3 and prediction.fallbacks == []  # decompose and two hop answers
-    from pipeline.program import format_chain
+    from pipeline.serve.ask import format_chain
     assert format_chain(prediction)[-1] == "  answered by rule: Leah Adler (2017) < Steven Spielberg (2020-3), the lesser wins"
 
 

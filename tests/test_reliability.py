@@ -1025,7 +1025,7 @@ def own_page_client(served_index, lm=None, hosts=()):
     from fastapi.testclient import TestClient
 
     from pipeline.config import HyperProveConfig
-    from pipeline.program import Asker
+    from pipeline.serve.ask import Asker
     from pipeline.serve.server import make_app
 
     config = HyperProveConfig().with_overrides(index={"embedder": "test-hash"}, tracking={"enabled": False, "traces": False})
@@ -1133,7 +1133,7 @@ def test_a_hung_lm_is_a_503_within_the_stated_time(served_index):
     from fastapi.testclient import TestClient
 
     from pipeline.config import HyperProveConfig
-    from pipeline.program import Asker
+    from pipeline.serve.ask import Asker
     from pipeline.serve.server import make_app
 
     hanging = HangingLM()

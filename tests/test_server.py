@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 
 from modules.errors import HyperProveError
 from pipeline.config import HyperProveConfig
-from pipeline.program import Asker
+from pipeline.serve.ask import Asker
 from pipeline.serve.server import MAX_QUESTION, make_app, serve
 from tests.test_cli import CORPUS, Scripted
 from tests.test_pages import Page

@@ -259,7 +259,7 @@ def serve(config, index_directory: str, host: str = "127.0.0.1", port: int = 800
           log: Callable[[str], None] = print, stop: threading.Event | None = None) -> dict:
     """`hyperprove serve`: load the index and the program once, then serve until Ctrl-C, SIGTERM or
     SIGHUP (or `stop`)."""
-    from pipeline.program import Asker
+    from pipeline.serve.ask import Asker
     from pipeline.serve.http import Served, check_host, host_names, wait_until_stopped
 
     check_host(host, allow_remote, "questions over this index")
