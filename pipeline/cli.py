@@ -126,6 +126,12 @@ def cmd_reproduce(args, make_runtime) -> dict:
                      live=args.live)
 
 
+def cmd_pages(args, make_runtime) -> dict:
+    from experiments.runs.pages import run_pages
+
+    return run_pages(args.folder, args.out)
+
+
 def cmd_serve(args, make_runtime) -> dict:
     from pipeline.serve.server import serve, served_config
 
@@ -379,6 +385,12 @@ def build_parser() -> argparse.ArgumentParser:
                            help="also take the record's LM, API endpoint and cache dir (a record names them; by default they are refused or replaced)")
     reproduce.add_argument("--json", action="store_true", help="end with one JSON object")
     reproduce.set_defaults(run=cmd_reproduce)
+
+    pages = commands.add_parser("pages", help="write the evidence-chain pages of a results folder (from its predictions and data files)")
+    pages.add_argument("folder", metavar="RESULTS_FOLDER", help="a folder `hyperprove evaluate` wrote")
+    pages.add_argument("--out", help="folder to write the pages to (default: RESULTS_FOLDER/pages)")
+    pages.add_argument("--json", action="store_true", help="end with one JSON object")
+    pages.set_defaults(run=cmd_pages)
 
     serve_lm = commands.add_parser("serve-lm", help="serve the embedded model on an OpenAI-compatible endpoint for other processes and machines")
     serve_lm.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine only)")

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import hashlib
-import re
+import json
 
 import numpy as np
 import pytest
@@ -13,6 +12,7 @@ from modules.facts import Passage
 from modules.retrieval.hypergraph import Hypergraph, binary_csr
 from modules.retrieval.retriever import FactTable, HypergraphRetriever, RetrieverConfig
 from modules.retrieval.vectors import VectorIndex
+from tests.support import CORPUS, QUESTIONS, HashEmbedder
 
 # Facts 0-2 in passage 0, facts 3-4 in passage 1, fact 5 alone in passage 2.
 # Entities: a = 0 (facts 0, 1), b = 1 (facts 1, 3), c = 2 (facts 3, 4), d = 3 (fact 5).
@@ -60,28 +60,12 @@ def make_retriever(hand_graph, hand_vectors):
     return make
 
 
-class HashEmbedder:
-    """Bag-of-words hashing into 256 dimensions: deterministic, instant, similar texts are close."""
-
-    id = "test-hash"
-    dim = 256
-
-    def encode(self, texts, progress=None) -> np.ndarray:
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for row, text in enumerate(texts):
-            for word in re.findall(r"\w+", text.lower()):
-                out[row, int(hashlib.md5(word.encode()).hexdigest(), 16) % self.dim] += 1.0
-        norms = np.linalg.norm(out, axis=1, keepdims=True)
-        return out / np.where(norms > 0, norms, 1.0)
-
-    def encode_query(self, text: str) -> np.ndarray:
-        return self.encode([text])[0]
-
-    def load(self) -> None:
-        """Nothing to load (the real embedder loads its model here)."""
-
-    def forget_queries(self) -> None:
-        """Nothing cached."""
+@pytest.fixture
+def files(tmp_path):
+    """The tiny corpus and questions as files, in the test's folder."""
+    (tmp_path / "corpus.json").write_text(json.dumps(CORPUS))
+    (tmp_path / "questions.json").write_text(json.dumps(QUESTIONS))
+    return tmp_path
 
 
 @pytest.fixture

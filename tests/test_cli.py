@@ -2,36 +2,14 @@
 
 import hashlib
 import json
+import shutil
 
 import pytest
 
+from experiments.bench.check_pages import Rendered as Page
 from experiments.runs.failures import STAGES
 from pipeline.cli import main
-from tests.test_pages import Page
-
-CORPUS = [
-    {"title": "Jaws (film)", "text": "Jaws is a 1975 thriller film directed by Steven Spielberg."},
-    {"title": "Steven Spielberg", "text": "Steven Spielberg is an American film director. His mother was Leah Adler."},
-    {"title": "Leah Adler", "text": "Leah Adler was an American restaurateur. She died in Los Angeles in 2017."},
-    {"title": "Cincinnati", "text": "Cincinnati is a city in Ohio on the Ohio River."},
-    {"title": "Ohio River", "text": "The Ohio River is a tributary of the Mississippi River."},
-]
-QUESTIONS = [{
-    "id": "q1", "question": "When did the mother of the director of Jaws die?", "answer": "2017", "type": "3hop1",
-    "gold_passages": [0, 1, 2],
-    "decomposition": [
-        {"question": "Who directed Jaws?", "answer": "Steven Spielberg", "passage": 0},
-        {"question": "Who was the mother of #1?", "answer": "Leah Adler", "passage": 1},
-        {"question": "When did #2 die?", "answer": "2017", "passage": 2},
-    ],
-}]
-
-
-@pytest.fixture
-def files(tmp_path):
-    (tmp_path / "corpus.json").write_text(json.dumps(CORPUS))
-    (tmp_path / "questions.json").write_text(json.dumps(QUESTIONS))
-    return tmp_path
+from tests.support import CORPUS, QUESTIONS, TRAIN, Scripted, two_hop_script
 
 
 def run(capsys, *argv):
@@ -120,21 +98,6 @@ def test_evaluate_rejects_unknown_systems_and_gold_decomposition_without_one(fil
     assert code == 2 and "give --questions and --corpus" in err
 
 
-class Scripted:
-    """A runtime for `main`: a DummyLM answering from `answers` (set before the command runs),
-    and the hashing embedder; `last` is the runtime of the latest command."""
-
-    answers: dict = {}
-    last = None
-
-    def __call__(self, config):
-        from dspy.utils import DummyLM
-
-        from pipeline.runtime import Runtime
-        from tests.conftest import HashEmbedder
-
-        self.last = Runtime(config, lm=DummyLM(self.answers), embedder=HashEmbedder())
-        return self.last
 
 
 @pytest.fixture
@@ -237,15 +200,6 @@ def test_an_lm_provider_failure_is_one_line(files, capsys):
     assert err == "error: the LM failed (AuthenticationError): litellm.AuthenticationError: OpenAIException - The api_key client option must be set\n"
 
 
-def two_hop_script(final_answer: str) -> dict:
-    """DummyLM answers for QUESTIONS[0] decomposed into two hops, then the given final answer."""
-    return {
-        "`[[ ## sub_questions ## ]]`": {"sub_questions": ["Who directed Jaws?", "Who was the mother of #1?"]},
-        "[[ ## sub_question ## ]]": {"question": "Who was the mother of Steven Spielberg?"},
-        "[[ ## question ## ]]\nWho directed Jaws?\n": {"answer": "Steven Spielberg", "supporting": [1]},
-        "[[ ## question ## ]]\nWho was the mother of Steven Spielberg?\n": {"answer": "Leah Adler", "supporting": [1]},
-        f"[[ ## question ## ]]\n{QUESTIONS[0]['question']}": {"answer": final_answer},
-    }
 
 
 def test_evaluate_with_the_lm_runs_the_program_first_and_reads_every_system(files, capsys, scripted_cli, tmp_path):
@@ -275,7 +229,7 @@ def test_evaluate_with_the_lm_runs_the_program_first_and_reads_every_system(file
     from experiments.gold import DensePassageSearch
     from modules.retrieval.retriever import interleave_passages
     from modules.retrieval.vectors import VectorIndex
-    from tests.conftest import HashEmbedder
+    from tests.support import HashEmbedder
 
     embedder = HashEmbedder()
     search = DensePassageSearch(VectorIndex.build(embedder.encode([f"{p['title']}\n{p['text']}" for p in CORPUS])), embedder.encode_query)
@@ -290,6 +244,17 @@ def test_evaluate_with_the_lm_runs_the_program_first_and_reads_every_system(file
     page = Page((pages / "hyperprove" / "q1.html").read_text())
     assert [i for i in page.ids if i.startswith("hop-") and "fact" not in i] == ["hop-1", "hop-2"]
     assert page.classes["hop-answer"] == ["Steven Spielberg", "Leah Adler"] and page.classes["right"] == ["(right)"]
+    # `hyperprove pages` writes the same pages again from the folder's predictions and data files
+    written = {str(p.relative_to(pages)): p.read_bytes() for p in pages.rglob("*.html")}
+    code, out, _ = run_scripted(capsys, scripted_cli, "pages", tmp_path / "results", "--out", tmp_path / "again", "--json")
+    assert code == 0 and json.loads(out.strip().splitlines()[-1])["questions"] == 4
+    assert {str(p.relative_to(tmp_path / "again")): p.read_bytes() for p in (tmp_path / "again").rglob("*.html")} == written
+    edited = json.loads((tmp_path / "results" / "results.json").read_text())
+    edited["data_sha256"]["questions"] = "0" * 64  # as if the questions file had changed since
+    shutil.copytree(tmp_path / "results", tmp_path / "edited")
+    (tmp_path / "edited" / "results.json").write_text(json.dumps(edited))
+    code, _, err = run_scripted(capsys, scripted_cli, "pages", tmp_path / "edited")
+    assert code == 2 and "sha256 mismatch" in err and err.count("\n") == 1
     # With --no-read the baselines only rank: no reader calls, the same passages.
     code, out, _ = run_scripted(capsys, scripted_cli, "evaluate", "--questions", files / "questions.json", "--corpus", files / "corpus.json",
                        "--retriever", "dense-iterative,hyperprove", "--decomposition", "lm", "--no-read",
@@ -386,16 +351,6 @@ def test_reproduce_reruns_a_tracked_run_and_refuses_changed_data(files, capsys, 
     assert code == 2 and err == f"error: run {'0' * 32}: not in the tracking store {uri}\n"
 
 
-TRAIN = [
-    {"id": "t1", "question": "Who was the mother of the director of Jaws?", "answer": "Leah Adler", "gold_passages": [0, 1],
-     "decomposition": [{"question": "Who directed Jaws?", "answer": "Steven Spielberg", "passage": 0},
-                       {"question": "Who was the mother of #1?", "answer": "Leah Adler", "passage": 1}]},
-    {"id": "t2", "question": "Where did the director of Jaws' mother die?", "answer": "Los Angeles", "gold_passages": [0, 1, 2],
-     "decomposition": [{"question": "Who directed Jaws?", "answer": "Steven Spielberg", "passage": 0},
-                       {"question": "Who was the mother of #1?", "answer": "Leah Adler", "passage": 1},
-                       {"question": "Where did #2 die?", "answer": "Los Angeles", "passage": 2}]},
-    {**QUESTIONS[0], "id": "v1"},
-]
 
 
 def test_compile_rejects_missing_files_and_questions_without_gold_decompositions(files, capsys, tmp_path):

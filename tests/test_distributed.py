@@ -13,15 +13,21 @@ import dspy
 import pytest
 
 from pipeline.runtime import Runtime
-from tests.conftest import HashEmbedder
-from tests.test_cli import CORPUS, QUESTIONS, two_hop_script
-from tests.test_lm_record import ScriptedEndpoint, rows
-from tests.test_reliability import one_line, run
+from tests.support import (
+    CORPUS,
+    MANY,
+    QUESTIONS,
+    HashEmbedder,
+    ScriptedEndpoint,
+    metrics,
+    one_line,
+    rows,
+    run,
+    two_hop_script,
+)
 
 ray = pytest.importorskip("ray", reason='Ray is an optional extra: pip install -e ".[ray]" (make test installs it)')
 
-# eight questions with prompts of their own (the script keys on the question's start), two batches per worker
-MANY = [{**QUESTIONS[0], "id": f"q{k}", "question": f"{QUESTIONS[0]['question']} (case {k})"} for k in range(1, 9)]
 
 
 def scripted_runtime(config):
@@ -58,9 +64,6 @@ def evaluate(capsys, tmp_path, api_base, out, *extra):
     return json.loads(stdout.strip().splitlines()[-1])
 
 
-def metrics(summary: dict) -> dict:
-    return {key: summary[key] for key in ("n", "em", "f1", "recall@2", "recall@5", "lm_calls_per_question", "per_type", "failures")
-            if key in summary}
 
 
 def test_ray_workers_give_the_single_process_run_spread_over_the_endpoints_and_resume(cluster, endpoints, tmp_path, capsys):

@@ -8,7 +8,7 @@ import pytest
 from modules.errors import HyperProveError
 from pipeline.cli import main
 from pipeline.index.documents import read_folder, read_html, read_markdown, read_pdf, read_plain, split_text
-from tests.test_cli import Scripted
+from tests.support import Scripted
 
 
 def words(n: int, start: int = 0) -> str:

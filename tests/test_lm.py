@@ -233,7 +233,7 @@ def test_smoke_the_local_model_runs_the_steps_and_the_program():
     from pipeline.config import IndexConfig
     from pipeline.index.build import build_index
     from pipeline.program import HyperProve
-    from tests.conftest import HashEmbedder
+    from tests.support import HashEmbedder
 
     fact = ScoredFact(id=7, text="Jaws was directed by Steven Spielberg.", passage=0, title="Jaws (film)", cos=1, struct=0, score=1)
     profile = LMProfile()

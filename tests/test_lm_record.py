@@ -13,66 +13,13 @@ import gzip
 import hashlib
 import json
 import shutil
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import dspy
 import pytest
 
 from pipeline.lm.record import CallRecord, departure, read_record
 from pipeline.runtime import Runtime
-from tests.conftest import HashEmbedder
-from tests.test_cli import CORPUS, QUESTIONS, two_hop_script
-from tests.test_reliability import one_line, run
-
-
-def reply(fields: dict) -> str:
-    """A ChatAdapter reply with these output fields."""
-    parts = [f"[[ ## {name} ## ]]\n{value if isinstance(value, str) else json.dumps(value)}" for name, value in fields.items()]
-    return "\n\n".join([*parts, "[[ ## completed ## ]]"])
-
-
-class ScriptedEndpoint:
-    """An OpenAI-compatible /v1/chat/completions answering from a script (prompt substring ->
-    output fields, as DSPy's DummyLM takes them); `requests` holds the messages that reached it.
-    Once `limit` requests are answered, it drops every connection unanswered (a server gone)."""
-
-    def __init__(self, script: dict, limit: int | None = None):
-        self.script, self.requests, self.limit = script, [], limit
-        endpoint = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                if endpoint.limit is not None and len(endpoint.requests) >= endpoint.limit:
-                    self.close_connection = True
-                    return
-                endpoint.requests.append(body["messages"])
-                text = "\n".join(str(m.get("content")) for m in body["messages"])
-                fields = next((fields for needle, fields in endpoint.script.items() if needle in text), {})
-                payload = json.dumps({"id": "scripted", "object": "chat.completion", "created": 0, "model": body["model"],
-                                      "choices": [{"index": 0, "finish_reason": "stop",
-                                                   "message": {"role": "assistant", "content": reply(fields)}}],
-                                      "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.address = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-
-@pytest.fixture
-def files(tmp_path):
-    (tmp_path / "corpus.json").write_text(json.dumps(CORPUS))
-    (tmp_path / "questions.json").write_text(json.dumps(QUESTIONS))
-    return tmp_path
+from tests.support import QUESTIONS, HashEmbedder, ScriptedEndpoint, one_line, reply, rows, run, two_hop_script
 
 
 @pytest.fixture(params=["auto", "litellm"])
@@ -98,9 +45,6 @@ def evaluate(capsys, files, scripted, out, *extra):
     return code, stdout, err
 
 
-def rows(path) -> list[dict]:
-    lines = gzip.decompress(path.read_bytes()).decode().splitlines()
-    return [json.loads(line) for line in lines]
 
 
 def rewrite(path, rows_: list[dict], results=None) -> None:
@@ -257,7 +201,7 @@ def test_a_record_file_is_the_same_bytes_for_the_same_calls_and_reads_back(tmp_p
 
 
 def test_compile_writes_its_lm_calls_beside_the_program(files, capsys, scripted):
-    from tests.test_cli import TRAIN
+    from tests.support import TRAIN
 
     (files / "train.json").write_text(json.dumps(TRAIN))
     scripted.completion.script = {

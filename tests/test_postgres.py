@@ -76,8 +76,7 @@ def test_sweep_workers_share_a_study_and_take_up_a_killed_workers_trial(server):
 
 def test_runs_tracked_by_an_mlflow_server_on_postgresql_reproduce_from_their_id(server, tmp_path, capsys):
     from experiments.bench.postgres import free_port, wait_for_mlflow
-    from tests.test_cli import CORPUS, QUESTIONS
-    from tests.test_reliability import run
+    from tests.support import CORPUS, QUESTIONS, run
 
     port = free_port()
     mlflow = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", server.create("runs"),

@@ -45,7 +45,7 @@ def script(**changes):
 
 @pytest.fixture(scope="module")
 def retriever(tmp_path_factory):
-    from tests.conftest import HashEmbedder
+    from tests.support import HashEmbedder
 
     embedder = HashEmbedder()
     index = build_index(CORPUS, IndexConfig(embedder=embedder.id), embedder, progress=False)

@@ -14,21 +14,8 @@ import pytest
 from experiments.bench.attacks import HangingLM, inflating_pdf, newline_record, page_tree_bomb
 from experiments.bench.postgres import free_port
 from modules.errors import HyperProveError
-from pipeline.cli import main
 from pipeline.runtime import Runtime
-from tests.conftest import HashEmbedder
-from tests.test_cli import CORPUS, QUESTIONS, two_hop_script
-
-
-def run(capsys, *argv, runtime=None):
-    code = main([str(a) for a in argv], make_runtime=runtime or (lambda config: Runtime(config, embedder=HashEmbedder())))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def one_line(err: str) -> str:
-    assert err.startswith("error: ") and err.endswith("\n") and err.count("\n") == 1, err
-    return err[len("error: "):-1]
+from tests.support import CORPUS, QUESTIONS, HashEmbedder, one_line, run, two_hop_script
 
 
 def dead_pid() -> int:
@@ -38,11 +25,6 @@ def dead_pid() -> int:
     return process.pid
 
 
-@pytest.fixture
-def files(tmp_path):
-    (tmp_path / "corpus.json").write_text(json.dumps(CORPUS))
-    (tmp_path / "questions.json").write_text(json.dumps(QUESTIONS))
-    return tmp_path
 
 
 def snapshot(directory: Path) -> dict[str, bytes]:
@@ -1157,7 +1139,7 @@ def test_sigterm_ends_serve_within_seconds_while_a_question_hangs(served_index, 
     import urllib.request
 
     port, hanging = free_port(), HangingLM()
-    script = (f"from pipeline.cli import main; from pipeline.runtime import Runtime; from tests.conftest import HashEmbedder; "
+    script = (f"from pipeline.cli import main; from pipeline.runtime import Runtime; from tests.support import HashEmbedder; "
               f"raise SystemExit(main(['serve', {str(served_index)!r}, '--port', '{port}', '--embedder', 'test-hash', '--no-track', "
               f"'--api-base', {hanging.address!r}, '--lm-timeout', '600'], make_runtime=lambda c: Runtime(c, embedder=HashEmbedder())))")
     process = subprocess.Popen([sys.executable, "-c", script], cwd=Path(__file__).parent.parent, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

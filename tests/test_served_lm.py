@@ -20,11 +20,7 @@ import pytest
 from pipeline.config import LOCAL_MODEL_ID, LOCAL_MODEL_NAME, LMConfig
 from pipeline.lm.session import make_lm
 from pipeline.runtime import Runtime
-from tests.conftest import HashEmbedder
-from tests.test_cli import CORPUS, two_hop_script
-from tests.test_distributed import MANY, metrics
-from tests.test_lm_record import ScriptedEndpoint, rows
-from tests.test_reliability import one_line, run
+from tests.support import CORPUS, MANY, HashEmbedder, ScriptedEndpoint, metrics, one_line, rows, run, two_hop_script
 
 ROOT = Path(__file__).resolve().parents[1]
 

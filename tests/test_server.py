@@ -10,12 +10,12 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from experiments.bench.check_pages import Rendered as Page
 from modules.errors import HyperProveError
 from pipeline.config import HyperProveConfig
 from pipeline.serve.ask import Asker
 from pipeline.serve.server import MAX_QUESTION, make_app, serve
-from tests.test_cli import CORPUS, Scripted
-from tests.test_pages import Page
+from tests.support import CORPUS, Scripted
 
 QUESTION = "Who was the mother of the director of Jaws?"
 ANSWERS = {
@@ -45,7 +45,7 @@ def asker_for(index_dir, answers=ANSWERS, lm=None):
     from dspy.utils import DummyLM
 
     from pipeline.runtime import Runtime
-    from tests.conftest import HashEmbedder
+    from tests.support import HashEmbedder
 
     return Asker(CONFIG, index_dir, Runtime(CONFIG, lm=lm or DummyLM(answers), embedder=HashEmbedder()))
 

@@ -69,8 +69,7 @@ def test_the_sweep_command_tracks_trials_and_writes_the_best_config(tmp_path, ca
 
     from pipeline.cli import main
     from pipeline.runtime import Runtime
-    from tests.conftest import HashEmbedder
-    from tests.test_cli import CORPUS, QUESTIONS
+    from tests.support import CORPUS, QUESTIONS, HashEmbedder
 
     (tmp_path / "corpus.json").write_text(json.dumps(CORPUS))
     (tmp_path / "questions.json").write_text(json.dumps(QUESTIONS))

@@ -2,6 +2,7 @@
 screenshots, and check the DOM Chromium rendered (not part of `make test`: it needs a browser).
 
     apt-get install chromium                      # Debian's package
+    hyperprove pages experiments/results/musique-lm60             # the pages are generated, not kept in git
     python -m experiments.bench.check_pages experiments/results/musique-lm60 --out runs/page-check
 
 It opens the index of the `hyperprove` system and two of its question pages (the first wrong
@@ -99,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     results, out = Path(args.results), Path(args.out)
     pages = results / "pages" / args.system
     if not (pages / "index.html").is_file():
-        print(f"error: {pages / 'index.html'}: no pages; run an LM evaluation that writes them first", file=sys.stderr)
+        print(f"error: {pages / 'index.html'}: no pages; write them with `hyperprove pages {results}`", file=sys.stderr)
         return 2
     rows = {row["id"]: row for row in read_json(results / "predictions.json", "predictions")[args.system]}
     header = read_json(results / "results.json", "results")

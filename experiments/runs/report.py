@@ -217,10 +217,11 @@ def typed_summaries(run: dict) -> list[dict]:
 
 
 def pages_link(run: dict, report_dir: Path):
-    """A question's page of a system, relative to the report, where the run wrote one."""
-    folder = Path(run.get("results_dir", "")) / "pages"
-    link = page_link(os.path.relpath(folder, report_dir))
-    return lambda system, question_id: link(system, question_id) if (report_dir / link(system, question_id)).is_file() else None
+    """A question's page of a system, relative to the report, where the run's predictions give one
+    (`hyperprove pages RESULTS_FOLDER` writes the pages)."""
+    results = Path(run.get("results_dir", ""))
+    link = page_link(os.path.relpath(results / "pages", report_dir))
+    return (lambda system, question_id: link(system, question_id)) if (results / "predictions.json").is_file() else (lambda *_: None)
 
 
 def type_verdicts(run: dict, summaries: Sequence[dict]) -> list[str]:
