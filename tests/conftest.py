@@ -12,7 +12,7 @@ from modules.facts import Passage
 from modules.retrieval.hypergraph import Hypergraph, binary_csr
 from modules.retrieval.retriever import FactTable, HypergraphRetriever, RetrieverConfig
 from modules.retrieval.vectors import VectorIndex
-from tests.support import CORPUS, QUESTIONS, HashEmbedder
+from tests.support import CORPUS, QUESTIONS, HashEmbedder, run
 
 # Facts 0-2 in passage 0, facts 3-4 in passage 1, fact 5 alone in passage 2.
 # Entities: a = 0 (facts 0, 1), b = 1 (facts 1, 3), c = 2 (facts 3, 4), d = 3 (fact 5).
@@ -66,6 +66,13 @@ def files(tmp_path):
     (tmp_path / "corpus.json").write_text(json.dumps(CORPUS))
     (tmp_path / "questions.json").write_text(json.dumps(QUESTIONS))
     return tmp_path
+
+
+@pytest.fixture
+def saved(files, capsys):
+    """The tiny corpus indexed with the hash embedder, through the command line."""
+    assert run(capsys, "index", files / "corpus.json", "--out", files / "idx", "--embedder", "test-hash")[0] == 0
+    return files / "idx"
 
 
 @pytest.fixture
