@@ -180,7 +180,6 @@ def evaluate_systems(
     bench: Workbench,
     decomposition: str = "gold",
     read: bool = False,
-    lm_usage: Callable[[], dict] = dict,
     progress: bool = True,
     finished: dict[str, SystemResult] | None = None,
     on_result: Callable[[dict[str, SystemResult]], None] | None = None,
@@ -219,7 +218,7 @@ def evaluate_systems(
                 summary, rows = answer(name, questions, sub_queries, program_passages, label)
             else:
                 system = lm_system(bench, name, sub_queries, program_passages)
-                summary, rows = evaluate_program(questions, system, lm_usage, progress=label, trace=trace, system=name)
+                summary, rows = evaluate_program(questions, system, progress=label, trace=trace, system=name)
         else:
             summary, rows = evaluate_ranker(questions, _ranker(bench, name, decomposition, sub_queries), progress=label)
         if name == "hyperprove" and decomposition == "lm":  # what the systems after the program read
@@ -334,11 +333,11 @@ def type_table(typed: Sequence[dict], score: str) -> list[str]:
     return lines
 
 
-def lm_steps_tables(summaries: Sequence[dict]) -> str:
-    """Per system that called the LM, what each step cost per question (means)."""
+def lm_module_tables(summaries: Sequence[dict]) -> str:
+    """Per system that called the LM, what each LM module cost per question (means)."""
     from pipeline.lm.profile import profile_table
 
-    sections = [f"\n## {summary['system']}: LM steps, per question\n\n" + profile_table(summary["lm_steps"])
+    sections = [f"\n## {summary['system']}: LM modules, per question\n\n" + profile_table(summary["lm_steps"])
                 + (f"\n{summary['lm_cache_hits']} calls came from DSPy's cache, so seconds understate the LM's cost.\n" if summary.get("lm_cache_hits") else "")
                 for summary in summaries if summary.get("lm_steps")]
     return "".join(sections)
@@ -358,7 +357,7 @@ def write_results(directory: str | Path, header: dict, results: dict[str, System
     title = f"# {header.get('name', 'evaluation')}\n\n{header.get('description', '')}\n\n".replace("\n\n\n", "\n\n")
     paths = {"table": directory / "results.md", "results": directory / "results.json", "predictions": directory / "predictions.json"}
     atomic_write_bytes(paths["table"], (title + results_table(summaries) + per_type_tables(summaries) + failure_table(summaries, page_link())
-                                              + lm_steps_tables(summaries)).encode())
+                                              + lm_module_tables(summaries)).encode())
     atomic_write_json(paths["results"], {**header, "systems": {r.name: r.summary for r in results.values()}})
     atomic_write_json(paths["predictions"], {r.name: r.rows for r in results.values()})
     if record is not None:

@@ -19,9 +19,9 @@ from experiments.metrics import exact_match, f1_score, mean_percent, recall_at_k
 from modules.errors import HyperProveError
 from modules.facts import Passage
 from modules.lm.predictors import AnswerGenerator, evidence_line
-from pipeline.lm.record import asking
 from pipeline.lm.session import LM_UNAVAILABLE
 from pipeline.runtime import no_trace
+from pipeline.scope import scoped
 from pipeline.serve.pages import reached_passages
 
 
@@ -34,40 +34,41 @@ class PassageReader(dspy.Module):
         self.generate = AnswerGenerator()
 
     def forward(self, question: str) -> dspy.Prediction:
-        from pipeline.program import LM_FAILURES, chosen_note
+        from pipeline.program import LM_FAILURES
 
         started = time.perf_counter()
         ranked = self.search(question)
         retrieval_seconds = time.perf_counter() - started
         evidence = [evidence_line(self.passages[p].title, self.passages[p].text) for p in ranked[: self.k]]
-        fallbacks = []
+        fallbacks, before_choice = [], None
         try:
             reading = self.generate(question=question, evidence=evidence, choose=self.choose)
-            answer = reading.answer
+            answer, before_choice = reading.answer, reading.replaced
             if reading.replaced is not None:
-                fallbacks.append(chosen_note(reading))
+                fallbacks.append(reading.note)
         except LM_FAILURES as error:
             answer = ""
             fallbacks.append(f"final answer: {error}")
-        return dspy.Prediction(answer=answer, passages=ranked, chain=[], fallbacks=fallbacks, retrieval_seconds=retrieval_seconds)
+        return dspy.Prediction(answer=answer, answer_before_choice=before_choice, passages=ranked, chain=[], fallbacks=fallbacks,
+                               retrieval_seconds=retrieval_seconds)
 
 
 def lm_cost_summary(rows: Sequence[dict]) -> dict:
-    """Tokens per question, and per step the mean bill per question; `lm_cache_hits` counts the
-    calls DSPy's cache answered (their seconds are not what the LM costs)."""
-    steps: dict[str, dict] = {}
+    """Tokens per question, and per LM module what it cost a question (means); `lm_cache_hits`
+    counts the calls DSPy's cache answered (their seconds are not what the LM costs)."""
+    modules: dict[str, dict] = {}
     for row in rows:
-        for step, cost in row.get("lm_steps", {}).items():
-            total = steps.setdefault(step, dict.fromkeys(cost, 0))
+        for module, cost in row.get("lm_steps", {}).items():
+            total = modules.setdefault(module, dict.fromkeys(cost, 0))
             for key, value in cost.items():
                 total[key] += value
-    per_question = {step: {key: round(value / len(rows), 2) for key, value in total.items()} for step, total in steps.items()}
+    per_question = {module: {key: round(value / len(rows), 2) for key, value in total.items()} for module, total in modules.items()}
 
     def total(key: str) -> float:
         return round(sum(cost[key] for cost in per_question.values()), 1)
 
     return {"prompt_tokens_per_question": total("prompt_tokens"), "cached_prompt_tokens_per_question": total("cached_prompt_tokens"),
-            "completion_tokens_per_question": total("completion_tokens"), "lm_cache_hits": sum(s["cache_hits"] for s in steps.values()),
+            "completion_tokens_per_question": total("completion_tokens"), "lm_cache_hits": sum(m["cache_hits"] for m in modules.values()),
             "lm_steps": per_question}
 
 
@@ -80,7 +81,6 @@ def trace_tags(question: Question, row: dict) -> dict:
 def evaluate_program(
     questions: Sequence[Question],
     program: Callable[[str], dspy.Prediction],
-    lm_usage: Callable[[], dict] = dict,
     ks: Sequence[int] = (2, 5),
     progress: str | None = None,
     trace: Callable | None = None,
@@ -94,26 +94,26 @@ def evaluate_program(
     rows = []
     with tqdm(questions, desc=progress, unit="question", disable=progress is None) as bar:  # closed (its line ended) before any error
         for question in bar:
-            rows.append(answer_row(question, program, lm_usage, ks, trace, system))
+            rows.append(answer_row(question, program, ks, trace, system))
     return summarize(rows, ks), rows
 
 
-def answer_row(question: Question, program: Callable[[str], dspy.Prediction], lm_usage: Callable[[], dict] = dict,
-               ks: Sequence[int] = (2, 5), trace: Callable | None = None, system: str = "hyperprove") -> dict:
-    """One question's row: answer, ranked passages, chain, EM/F1, Recall@k, seconds, and what the
-    LM steps cost (`lm_usage()` is a `pipeline.lm.profile.LMProfile` snapshot: step -> StepCost).
-    `trace(question, system)` (`Runtime.question_trace`) is the context the question runs in: its
-    MLflow trace, tagged with the question's gold and scores."""
-    from pipeline.lm.profile import profile_delta
-
-    usage_before, started = lm_usage(), time.perf_counter()
+def answer_row(question: Question, program: Callable[[str], dspy.Prediction], ks: Sequence[int] = (2, 5),
+               trace: Callable | None = None, system: str = "hyperprove") -> dict:
+    """One question's row: answer, ranked passages, chain, EM/F1, Recall@k, seconds, and what its
+    LM modules cost (the question's scope tallies them: `pipeline.scope`). `trace(question, system)`
+    (`Runtime.question_trace`) is the context the question runs in: its MLflow trace, tagged with
+    the question's gold and scores."""
+    started = time.perf_counter()
     row = {"id": question.id, "question": question.question, "gold_answer": question.answer}
-    with (trace or no_trace)(question.question, system) as finish, asking(system, question.id):
+    with (trace or no_trace)(question.question, system) as finish, scoped(system=system, question=question.id, costs={}) as scope:
         try:
             prediction = program(question.question)
             row.update(answer=prediction.answer, passages=list(prediction.passages)[: max(ks)],
                        chain=prediction.chain, fallbacks=prediction.fallbacks,
                        retrieval_seconds=round(float(prediction.get("retrieval_seconds", 0.0)), 6))
+            if prediction.get("answer_before_choice") is not None:
+                row["answer_before_choice"] = prediction.answer_before_choice
             if prediction.get("by_rule"):
                 row["by_rule"] = prediction.by_rule
             if prediction.get("planned_by_rule"):
@@ -129,9 +129,9 @@ def answer_row(question: Question, program: Callable[[str], dspy.Prediction], lm
             row.update({f"recall@{k}": recall_at_k(row["passages"], question.gold_passages, k) for k in ks})
         finish(row["answer"], row["fallbacks"], trace_tags(question, row))
     row["seconds"] = round(time.perf_counter() - started, 3)
-    steps = profile_delta(lm_usage(), usage_before)
-    row["lm_calls"] = sum(cost.calls for cost in steps.values())
-    row["lm_steps"] = {step: {**asdict(cost), "seconds": round(cost.seconds, 3)} for step, cost in steps.items()}
+    spent = {module: cost for module, cost in scope.costs.items() if cost.calls}
+    row["lm_calls"] = sum(cost.calls for cost in spent.values())
+    row["lm_steps"] = {module: {**asdict(cost), "seconds": round(cost.seconds, 3)} for module, cost in spent.items()}
     return row
 
 

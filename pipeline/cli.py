@@ -226,24 +226,14 @@ def _add_program_flags(parser: argparse.ArgumentParser) -> None:
                 "with --grounded-hops, where a hop answer must occur: the facts the hop reader cited, or any of the hop's facts")
     config_flag(parser, "--choose-options", "program.choose_options",
                 "a final answer that is none of the options the question names (\"..., A or B?\") is asked for again as a choice")
-    config_flag(parser, "--fold-identities", "program.fold_identities",
-                "drop sub-questions that only ask who a named thing is (\"Who is X?\"), writing X where later ones refer to them")
     config_flag(parser, "--compare-by-rule", "program.compare_by_rule",
                 "answer comparison and same-country questions from the hop answers by rule (dates, numbers, countries), "
                 "the final reader only when a value does not parse")
-    config_flag(parser, "--chain-checks", "program.chain_checks",
-                "with --entity-retries: a decomposition with a step whose answer no later step uses (#k) is asked for again too")
-    config_flag(parser, "--hop-subject", "program.hop_subject",
-                "a hop answer that is the hop's own subject, or rests on facts about something else, is asked again, then replaced "
-                "by a span of the facts that name the subject (a place for a \"where\" hop)")
     config_flag(parser, "--country-names", "program.country_names",
                 "with --grounded-hops: a hop answer naming a country its facts name by another word (Austria, Austrian) counts as in them")
     config_flag(parser, "--comparison-plans", "program.comparison_plans",
                 "comparison and same-country questions of a shape a rule reads get their sub-questions by rule "
                 "(per compared thing, through its director etc., the date or country compared), without the decomposer")
-    config_flag(parser, "--last-hop-answers", "program.last_hop_answers",
-                "a chain whose last hop asks for the kind of answer the question asks (date, number, name) and whose facts "
-                "hold it ends with that answer, without the final reader")
     config_flag(parser, "--hop-passage-facts", "program.hop_passage_facts",
                 "the hop reader also reads up to N more facts of the hop's top passage (its other sentences, in order) after the top K")
     config_flag(parser, "--bridge-rewrite", "program.bridge_rewrite",

@@ -157,22 +157,23 @@ class ProgramConfig:
     comparison_demos: bool = True  # Decompose also shows two comparisons and is asked to keep the question's names
     bridge_rewrite: typing.Literal[tuple(BRIDGE_REWRITES)] = "rule"  # one of BRIDGE_REWRITES: how a sub-question's "#k" become the resolved answers (step 5)
     choose_options: bool = True  # a final answer that is none of the options a question names is asked for again as a choice (every reader)
-    fold_identities: bool = False  # sub-questions that only ask who a named thing is ("Who is X?") are dropped, X written where they were referred to
     compare_by_rule: bool = True  # comparison and same-country questions answered from the hop answers by rule (`modules.lm.question_types`), the reader only when a value does not parse
-    chain_checks: bool = False  # with entity_retries: a decomposition with a step whose answer no later step uses (#k) is asked for again too
-    hop_subject: bool = False  # a hop answer that is the hop's own subject, or rests on facts about something else, is asked again, then replaced by a span of the facts naming the subject (a place for "where")
     country_names: bool = True  # with grounded_hops: a hop answer naming a country its facts name by another word ("Austria", "Austrian") counts as in them
     comparison_plans: bool = True  # comparison and same-country questions of a shape a rule reads get their sub-questions by rule, without the decomposer
-    last_hop_answers: bool = False  # a chain whose last hop asks for the kind of answer the question asks (and holds it) ends with that answer, without the final reader
     hop_passage_facts: int = Field(6, ge=0, le=20)  # the hop reader also reads up to this many more facts of the hop's top passage (its other sentences, in order); 0: the top K alone
 
     # What a recorded config without these fields ran with (records made before they existed), so
     # that reproducing an old run reruns the old program whatever today's defaults are.
     RECORDED_WITHOUT = {"entity_retries": 0, "grounded_hops": False, "question_channel": False, "reader_evidence": "facts",
                         "comparison_demos": False, "bridge_rewrite": "lm", "grounded_in": "cited",
-                        "choose_options": False, "fold_identities": False, "compare_by_rule": False,
-                        "comparison_plans": False, "last_hop_answers": False,
-                        "hop_subject": False, "chain_checks": False, "country_names": False, "hop_passage_facts": 0}
+                        "choose_options": False, "compare_by_rule": False, "comparison_plans": False,
+                        "country_names": False, "hop_passage_facts": 0}
+
+    # Options retired when train runs showed no gain for them (experiments/FINDINGS.md): a config
+    # may still name one off (every run recorded since it existed does), and one that has it on
+    # reruns only on the commit named here, the last that had its code.
+    RETIRED = {"fold_identities": False, "chain_checks": False, "hop_subject": False, "last_hop_answers": False}
+    RETIRED_AT = "10ca878"
 
 
 @config_section("index")
@@ -334,6 +335,19 @@ _SECTIONS = {
 }
 
 
+def without_retired(section, name: str, values: dict, source: str) -> dict:
+    """A section's values without the retired options it names off (`RETIRED`); one it names on
+    is refused with one line saying which commit reruns it."""
+    retired = getattr(section, "RETIRED", {})
+    for option, off in retired.items():
+        if option in values and values[option] != off:
+            raise HyperProveError(
+                f"{source}: {name}.{option}={values[option]!r}: this option was retired (train runs showed no gain: "
+                f"experiments/FINDINGS.md); the last commit with it, {section.RETIRED_AT}, reruns this config "
+                f"(git worktree add ../hyperprove-{section.RETIRED_AT} {section.RETIRED_AT})")
+    return {key: value for key, value in values.items() if key not in retired}
+
+
 @dataclass
 class HyperProveConfig:
     """Everything a run depends on: retriever hyperparameters, index settings, LM, program, paths."""
@@ -363,6 +377,7 @@ class HyperProveConfig:
             section_values = values.get(name, {})
             if not isinstance(section_values, dict):
                 raise HyperProveError(f"{source}: {name} must be a JSON object")
+            section_values = without_retired(section, name, section_values, source)
             try:
                 sections[name] = section(**section_values)
             except HyperProveError as error:

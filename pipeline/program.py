@@ -13,18 +13,13 @@ checks and rules a small model needs are `ProgramConfig` options, each described
 
 from __future__ import annotations
 
-import re
 import time
-from contextlib import contextmanager
-from contextvars import ContextVar
 from pathlib import Path
-from typing import Callable, Iterator
 
 import dspy
 from dspy.utils.exceptions import AdapterParseError
 
 from modules.errors import HyperProveError
-from modules.lm.checks import fold_identities
 from modules.lm.predictors import (
     EVIDENCE_PASSAGES,
     AnswerGenerator,
@@ -34,33 +29,15 @@ from modules.lm.predictors import (
     MalformedOutput,
     evidence_line,
 )
-from modules.lm.question_types import Decision, comparison_plan, last_hop_answer, rule_answer
+from modules.lm.question_types import Decision, comparison_plan, rule_answer
 from modules.lm.references import fill_references
 from modules.retrieval.retriever import HypergraphRetriever, interleave_passages
 from pipeline.config import ProgramConfig
+from pipeline.files import read_json
+from pipeline.scope import current
 
 # What a small model gets wrong: unparseable output, the wrong shape, values that fail validation.
 LM_FAILURES = (AdapterParseError, MalformedOutput, ValueError)
-
-# Who hears of a question's progress in this context (thread): ("plan", {"sub_questions"}), then
-# ("hop", the chain entry) as each hop is answered. A context variable, so that one program
-# answering in several threads at once tells each caller of its own question only.
-HOP_LISTENER: ContextVar[Callable[[str, dict], None] | None] = ContextVar("hop_listener", default=None)
-
-
-@contextmanager
-def hops_to(listener: Callable[[str, dict], None] | None) -> Iterator[None]:
-    token = HOP_LISTENER.set(listener)
-    try:
-        yield
-    finally:
-        HOP_LISTENER.reset(token)
-
-
-def tell(event: str, data: dict) -> None:
-    if (listener := HOP_LISTENER.get()) is not None:
-        listener(event, data)
-
 
 class HyperProve(dspy.Module):
     """Question -> answer and the evidence chain (per hop: sub-question, query, facts, answer)."""
@@ -81,7 +58,7 @@ class HyperProve(dspy.Module):
         config, fallbacks = self.config, []
         planned = comparison_plan(question) if config.comparison_plans else None
         sub_questions = planned or self.sub_questions(question, fallbacks)
-        tell("plan", {"sub_questions": list(sub_questions)})
+        current().progress("plan", {"sub_questions": list(sub_questions)})
 
         frontier: list[int] = []
         answers: list[str] = []
@@ -107,7 +84,7 @@ class HyperProve(dspy.Module):
                 evidence += self.retriever.passage_facts(hop.passages[0], hop.query_vector, exclude=top_k, n=config.hop_passage_facts)
             try:
                 reading = self.answer_hop(question=query, facts=evidence, grounded=config.grounded_hops, grounded_in=config.grounded_in,
-                                          about_subject=config.hop_subject, countries=config.country_names)
+                                          countries=config.country_names)
                 answer, supporting = reading.answer, reading.supporting
                 if reading.replaced is not None:
                     fallbacks.append(f"answer {number}: {reading.replaced!r} {reading.why}; their span {answer!r} replaces it")
@@ -131,23 +108,24 @@ class HyperProve(dspy.Module):
                 "supporting": supporting,
                 "passages": hop.passages[:5],
             })
-            tell("hop", chain[-1])
+            current().progress("hop", chain[-1])
 
         passages = interleave_passages(hop_passages)
-        decision = self.answer_by_rule(question, chain, fallbacks)
+        decision, before_choice = self.answer_by_rule(question, chain, fallbacks), None
         if decision is not None:
             final = decision.answer
         else:
             try:
                 reading = self.generate(question=question, evidence=self.reader_evidence(chain, frontier, passages), choose=config.choose_options)
-                final = reading.answer
+                final, before_choice = reading.answer, reading.replaced
                 if reading.replaced is not None:
-                    fallbacks.append(chosen_note(reading))
+                    fallbacks.append(reading.note)
             except LM_FAILURES as error:
                 final = answers[-1]
                 fallbacks.append(f"final answer: {error}")
         return dspy.Prediction(
             answer=final,
+            answer_before_choice=before_choice,
             chain=chain,
             frontier=frontier,
             passages=passages,
@@ -161,30 +139,24 @@ class HyperProve(dspy.Module):
         """Step 4 by the LM, checked; one hop on the question itself when it fails."""
         config = self.config
         try:
-            decomposition = self.decompose(question=question, max_hops=config.max_hops, entity_retries=config.entity_retries,
-                                           check_chain=config.chain_checks)
+            decomposition = self.decompose(question=question, max_hops=config.max_hops, entity_retries=config.entity_retries)
         except LM_FAILURES as error:
             fallbacks.append(f"decompose: {error}")
             return [question]
-        sub_questions = decomposition.sub_questions
         if decomposition.problems:
             fallbacks.append(f"decompose: kept one that {', '.join(decomposition.problems)} after {decomposition.attempts} tries")
-        if config.fold_identities:
-            sub_questions, dropped = fold_identities(question, sub_questions)
-            if dropped:
-                fallbacks.append(f"decompose: identity steps folded into the steps that refer to them: {', '.join(map(repr, dropped))}")
-        return sub_questions
+        return decomposition.sub_questions
 
     def answer_by_rule(self, question: str, chain: list[dict], fallbacks: list[str]) -> Decision | None:
-        """The final answer a rule gives (`compare_by_rule`, `last_hop_answers`), else None: the
-        reader answers. A comparison the rule cannot decide is noted in `fallbacks`."""
-        if self.config.compare_by_rule:
-            decision = rule_answer(question, chain)
-            if decision is not None and decision.answer is not None:
-                return decision
-            if decision is not None:
-                fallbacks.append(f"compare: {decision.how}; the reader answers")
-        return last_hop_answer(question, chain) if self.config.last_hop_answers else None
+        """The final answer a rule gives (`compare_by_rule`), else None: the reader answers. A
+        comparison the rule cannot decide is noted in `fallbacks`."""
+        if not self.config.compare_by_rule:
+            return None
+        decision = rule_answer(question, chain)
+        if decision is not None and decision.answer is None:
+            fallbacks.append(f"compare: {decision.how}; the reader answers")
+            return None
+        return decision
 
     def reader_evidence(self, chain: list[dict], frontier: list[int], passages: list[int]) -> list[str]:
         """What the final reader sees (`ProgramConfig.reader_evidence`)."""
@@ -254,8 +226,6 @@ def load_compiled(module: dspy.Module, path: str | None) -> dspy.Module:
     predictor); nothing to do without a path. Only what `program_state` accepts is loaded. A
     predictor the file does not hold (a program compiled before that predictor existed) keeps
     its built-in demonstrations."""
-    from pipeline.files import read_json
-
     if not path:
         return module
     if not Path(path).is_file():
@@ -283,19 +253,3 @@ def program_for(retriever: HypergraphRetriever | None, config) -> HyperProve:
     """The HyperProve program of a `HyperProveConfig` around a retriever, with the compiled state
     of `program.compiled` when it names one."""
     return load_compiled(HyperProve(retriever, config.program), config.program.compiled)
-
-
-_CHOSEN = re.compile(r"final answer: (.+) is none of the question's options; the reader chose (.+)")
-
-
-def chosen_note(reading: dspy.Prediction) -> str:
-    """The fallback line of a final answer that `AnswerGenerator(choose=True)` replaced."""
-    return f"final answer: {reading.replaced!r} is none of the question's options; the reader chose {reading.answer!r}"
-
-
-def answer_before_choice(note: str) -> str | None:
-    """The first answer a `chosen_note` records (None for any other fallback line)."""
-    import ast
-
-    match = _CHOSEN.fullmatch(note)
-    return ast.literal_eval(match.group(1)) if match else None

@@ -166,7 +166,7 @@ def test_ask_prints_the_chain_and_ends_with_json(files, capsys, scripted_cli):
     code, out, _ = run_scripted(capsys, scripted_cli, "ask", files / "idx", "Who was the mother of the director of Jaws?", "--embedder", "test-hash", "--profile",
                                 "--no-track")
     assert code == 0
-    profile = out[out.index("| step | calls |"):].splitlines()
+    profile = out[out.index("| LM module | calls |"):].splitlines()
     # the default fills #1 by rule: no BridgeRewriter call
     assert [line.split(" | ")[:2] for line in profile[2:]] == [["| Decomposer", "1"], ["| HopAnswerer", "2"], ["| AnswerGenerator", "1"],
                                                                   ["| total", "4"]]
@@ -235,7 +235,7 @@ def test_evaluate_with_the_lm_runs_the_program_first_and_reads_every_system(file
     search = DensePassageSearch(VectorIndex.build(embedder.encode([f"{p['title']}\n{p['text']}" for p in CORPUS])), embedder.encode_query)
     assert predictions["dense-iterative"][0]["passages"] == interleave_passages([search(q) for q in queries])[:5]
     table = (tmp_path / "results" / "results.md").read_text()
-    assert "| hyperprove | 1 | " in table and "## hyperprove: LM steps, per question" in table and "| HopAnswerer | 2 | 0 |" in table
+    assert "| hyperprove | 1 | " in table and "## hyperprove: LM modules, per question" in table and "| HopAnswerer | 2 | 0 |" in table
     # every answer right, so no stage failed; an evidence-chain page per system and question, with indexes
     assert systems["hyperprove"]["failures"] == {"right": 1, **{stage: {"n": 0, "examples": []} for stage in STAGES}}
     assert "| hyperprove | 1 | 0 | 0 | 0 | 0 |" in table
@@ -276,11 +276,11 @@ def test_an_interrupted_lm_evaluation_resumes_system_by_system(files, capsys, sc
             "--embedder", "test-hash", "--cache-dir", tmp_path / "cache", "--out", tmp_path / "results", "--no-track", "--json", "--bridge-rewrite", "lm", "--lm-adapter", "chat"]
     evaluate_program, evaluated = experiments.qa.evaluate_program, []
 
-    def interrupted_at_dense(questions, program, lm_usage, **kw):
+    def interrupted_at_dense(questions, program, **kw):
         if len(evaluated) == 2:
             raise KeyboardInterrupt
         evaluated.append(program)
-        return evaluate_program(questions, program, lm_usage, **kw)
+        return evaluate_program(questions, program, **kw)
 
     monkeypatch.setattr(experiments.qa, "evaluate_program", interrupted_at_dense)
     code, _, err = run_scripted(capsys, scripted_cli, *args)

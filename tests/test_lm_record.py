@@ -125,8 +125,8 @@ def test_a_tampered_record_is_caught_in_one_line(files, capsys, scripted, monkey
     assert code == 2
     message = one_line(err.splitlines(keepends=True)[-1])  # after the progress bar
     # dense's final read is the nearest: the same step and question, another evidence list
-    assert message.startswith(f"an LM call not in the record {record}: step AnswerGenerator, question q1 (system hyperprove); "
-                              "the nearest recorded request (same question and step) differs in message ")
+    assert message.startswith(f"an LM call not in the record {record}: LM module AnswerGenerator, question q1 (system hyperprove); "
+                              "the nearest recorded request (same question and LM module) differs in message ")
     assert "(user) at character " in message and "now '## evidence ## ]]\\n[\"Who directed Jaws? -> Steven Spielberg\"" in message
     assert message.endswith("; pass --live to send new calls to the LM") and len(scripted.completion.requests) == 6
 
@@ -148,8 +148,8 @@ def test_replay_with_live_asks_only_the_calls_an_option_changes(files, capsys, s
     # Another final-reader evidence changes the final reader's prompt only: strict replay stops there...
     code, _, err = evaluate(capsys, files, scripted, files / "option", "--replay", files / "first", "--reader-evidence", "passages")
     assert code == 2
-    assert one_line(err.splitlines(keepends=True)[-1]).startswith(f"an LM call not in the record {files / 'first' / 'lm_calls.jsonl.gz'}: step AnswerGenerator, "
-                                    "question q1 (system hyperprove); the nearest recorded request (same question and step) differs in message ")
+    assert one_line(err.splitlines(keepends=True)[-1]).startswith(f"an LM call not in the record {files / 'first' / 'lm_calls.jsonl.gz'}: LM module AnswerGenerator, "
+                                    "question q1 (system hyperprove); the nearest recorded request (same question and LM module) differs in message ")
     assert len(scripted.completion.requests) == 6
     # ... and with --live that one call goes to the LM, the five shared ones come from the record.
     code, out, err = evaluate(capsys, files, scripted, files / "option", "--replay", files / "first", "--reader-evidence", "passages", "--live")
@@ -231,11 +231,11 @@ def test_an_interrupted_run_keeps_the_calls_of_its_finished_systems(files, capsy
     shutil.rmtree(files / "cache")
     evaluate_program, started = experiments.qa.evaluate_program, []
 
-    def interrupted_at_dense(questions, program, lm_usage, **kw):
+    def interrupted_at_dense(questions, program, **kw):
         started.append(kw["system"])
         if kw["system"] == "dense" and started.count("dense") == 1:
             raise KeyboardInterrupt
-        return evaluate_program(questions, program, lm_usage, **kw)
+        return evaluate_program(questions, program, **kw)
 
     monkeypatch.setattr(experiments.qa, "evaluate_program", interrupted_at_dense)
     code, _, _ = evaluate(capsys, files, scripted, files / "resumed")

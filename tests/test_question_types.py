@@ -157,23 +157,6 @@ def test_countries_named(text, countries):
     assert countries_named(text) == countries
 
 
-def test_the_last_hop_answers_when_it_asks_what_the_question_asks():
-    from modules.lm.question_types import last_hop_answer
-
-    def hop(sub_question, answer, fact):
-        return {"sub_question": sub_question, "query": sub_question, "answer": answer, "facts": [{"title": "t", "text": fact}]}
-
-    director = hop("Who directed Jaws?", "Steven Spielberg", "Jaws was directed by Steven Spielberg.")
-    died = hop("When did Steven Spielberg's mother die?", "2017", "Leah Adler died in 2017.")
-    question = "When did the mother of the director of Jaws die?"
-    assert last_hop_answer(question, [director, died]).answer == "2017"
-    assert last_hop_answer(question, [died]) is None  # one hop: the reader reads the same facts with the whole question
-    assert last_hop_answer(question, [died, director]) is None  # a name where a date is asked
-    assert last_hop_answer(question, [director, hop("When did #1's mother die?", "2016", "Leah Adler died in 2017.")]) is None  # not in its facts
-    assert last_hop_answer("Did the director of Jaws die in 2017?", [director, died]) is None  # yes/no
-    assert last_hop_answer("Which film came out first, Jaws or Duel?", [director, died]) is None  # a comparison
-
-
 @pytest.mark.parametrize("question, plan", [
     ("Which film came out first, Sudden Fear or The Adventurer Of Chad?",
      ["When did Sudden Fear come out?", "When did The Adventurer Of Chad come out?"]),
@@ -209,17 +192,6 @@ def test_comparison_plan(question, plan):
     assert comparison_plan(question) == plan
 
 
-def test_chain_problems_name_the_steps_no_later_step_uses():
-    from modules.lm.question_types import chain_problems
-
-    question = "Who is the sibling of the actress who played Susan Walker?"
-    assert chain_problems(question, ["Who played Susan Walker?", "Who is Susan Walker's sibling?"]) == ["leaves step 1's answer unused"]
-    assert chain_problems(question, ["Who played Susan Walker?", "Who is the sibling of #1?"]) == []
-    assert chain_problems(question, [question]) == []
-    # a comparison looks each thing up on its own
-    assert chain_problems("Which film came out first, Jaws or Duel?", ["When did Jaws come out?", "When did Duel come out?"]) == []
-
-
 def test_a_question_that_names_a_nationality_without_asking_yes_or_no_is_no_equality():
     question = "Who was a host of Who Wants to be a Millionaire who shares the same nationality as the author of The Feminine Mystique?"
     assert question_type(question) == "other" and comparison_of(question) is None
@@ -239,12 +211,3 @@ def test_only_hops_that_ask_for_the_compared_event_count():
     assert comparison_of("Which film came out first, Jaws or Duel?").event is None
 
 
-def test_the_last_hop_does_not_answer_with_the_questions_own_subject():
-    from modules.lm.question_types import last_hop_answer
-
-    def hop(sub_question, answer):
-        return {"sub_question": sub_question, "query": sub_question, "answer": answer, "facts": [{"title": "t", "text": f"{answer} is here."}]}
-
-    question = "Who is William Ii, Count Of Flanders's paternal grandmother?"
-    assert last_hop_answer(question, [hop("Who is his father?", "Guy of Dampierre"), hop("Who is the mother of #1?", "William II, Count of Flanders")]) is None
-    assert last_hop_answer(question, [hop("Who is his father?", "Guy of Dampierre"), hop("Who is the mother of #1?", "Mathilde of Bourbon")]).answer == "Mathilde of Bourbon"

@@ -298,8 +298,8 @@ def test_compare_costs_puts_each_sides_lm_bill_beside_its_scores(tmp_path):
     # after, per question: 3 calls, 0.5 hits, (800 - 600) / 2 = 100 computed, 300 cached, 20 generated, 8 s, F1 50
     assert lines[2] == f"| {a} | 3.00 | 0.50 | 100 | 300 | 20.0 | 8.0 | 50.00 |"
     assert lines[3] == f"| {b} | 6.00 | 0.00 | 300 | 700 | 150.0 | 22.0 | 75.00 |"
-    # per step: before's HopAnswerer 5 calls, 250 computed, 550 cached, 110 generated; seconds 0 as scripted
-    assert lines[4:9] == ["", "| run | step | LM calls/q | computed prompt tok/q | prompt tok/q from the server's cache | generated tok/q | LM s/q |",
+    # per LM module: before's HopAnswerer 5 calls, 250 computed, 550 cached, 110 generated; seconds 0 as scripted
+    assert lines[4:9] == ["", "| run | LM module | LM calls/q | computed prompt tok/q | prompt tok/q from the server's cache | generated tok/q | LM s/q |",
                            "|---|---|---:|---:|---:|---:|---:|", f"| {a} | HopAnswerer | 3.00 | 100 | 300 | 20.0 | 0.0 |",
                            f"| {b} | Decomposer | 1.00 | 50 | 150 | 40.0 | 0.0 |"]
     assert lines[9] == f"| {b} | HopAnswerer | 5.00 | 250 | 550 | 110.0 | 0.0 |"
@@ -313,19 +313,14 @@ def test_compare_costs_puts_each_sides_lm_bill_beside_its_scores(tmp_path):
 
 
 def test_compare_choices_puts_back_the_answers_the_chooser_replaced(tmp_path):
-    from dspy import Prediction
-
     from experiments.tools.compare import choices, without_choices
-    from pipeline.program import answer_before_choice, chosen_note
 
-    note = chosen_note(Prediction(answer="Boat People", replaced="Ann Hui's 'Boat'"))
-    assert answer_before_choice(note) == "Ann Hui's 'Boat'" and answer_before_choice("final answer: no final answer to 'q'") is None
     # q0: the choice was right (F1 1 -> first answer 0); q1: wrong, but the first answer matched an alias; q2: no choice
     questions = [{"id": "q0", "question": "?", "answer": "Boat People"}, {"id": "q1", "question": "?", "answer": "The Wind", "answer_aliases": ["Wind"]},
                  {"id": "q2", "question": "?", "answer": "1975"}]
     (tmp_path / "questions.json").write_text(json.dumps(questions))
-    rows = [{"id": "q0", "answer": "Boat People", "em": 1.0, "f1": 1.0, "fallbacks": [chosen_note(Prediction(answer="Boat People", replaced="Ann Hui"))]},
-            {"id": "q1", "answer": "Boat People", "em": 0.0, "f1": 0.0, "fallbacks": [chosen_note(Prediction(answer="Boat People", replaced="wind"))]},
+    rows = [{"id": "q0", "answer": "Boat People", "answer_before_choice": "Ann Hui", "em": 1.0, "f1": 1.0, "fallbacks": []},
+            {"id": "q1", "answer": "Boat People", "answer_before_choice": "wind", "em": 0.0, "f1": 0.0, "fallbacks": []},
             {"id": "q2", "answer": "1975", "em": 1.0, "f1": 1.0, "fallbacks": []}]
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "predictions.json").write_text(json.dumps({"dense": rows}))

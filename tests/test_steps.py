@@ -9,8 +9,6 @@ from modules.lm.checks import (
     answer_kind,
     contained,
     entity_problems,
-    fold_identities,
-    identity_name,
     mentioned,
     named_spans,
     named_words,
@@ -314,62 +312,6 @@ def test_comparison_demos_add_two_demonstrations_and_the_instruction_to_keep_nam
     assert comparisons.demos[2].sub_questions == ["When did Jaws come out?", "When did Close Encounters of the Third Kind come out?"]
     assert "keeps the names" in comparisons.signature.instructions and "keeps the names" not in plain.signature.instructions
     assert list(comparisons.signature.fields) == list(plain.signature.fields)
-
-
-def test_identity_steps_are_folded_into_the_steps_that_refer_to_them():
-    question = "Who lived longer, Ludwig Elsbett or Pamela Ann Rymer?"
-    assert identity_name("Who is Ludwig Elsbett?", question) == "Ludwig Elsbett"
-    assert identity_name("Who is the King of Hollywood?", "The King of Hollywood starred in what film?") is None  # a description
-    assert identity_name("Who is Steven Spielberg?", question) is None  # the question does not name him
-    assert identity_name("Who directed Jaws?", "Who directed Jaws?") is None
-    assert fold_identities(question, ["Who is Ludwig Elsbett?", "Who is Pamela Ann Rymer?", "When did #1 die?", "When did #2 die?"]) == \
-        (["When did Ludwig Elsbett die?", "When did Pamela Ann Rymer die?"], ["Who is Ludwig Elsbett?", "Who is Pamela Ann Rymer?"])
-    # the other references are renumbered
-    older = "Who was born first, the director of Jaws or Max Cavalera?"
-    assert fold_identities(older, ["Who directed Jaws?", "Who is Max Cavalera?", "When was #1 born?", "When was #2 born?"]) == \
-        (["Who directed Jaws?", "When was #1 born?", "When was Max Cavalera born?"], ["Who is Max Cavalera?"])
-    # nothing but identities, or none: left as it is
-    assert fold_identities("Who is Max Cavalera?", ["Who is Max Cavalera?"]) == (["Who is Max Cavalera?"], [])
-    assert fold_identities(older, ["Who directed Jaws?", "When was #1 born?"]) == (["Who directed Jaws?", "When was #1 born?"], [])
-
-
-def test_hop_answers_about_the_subject_refuse_the_subject_itself_and_another_things_facts():
-    from modules.lm.checks import naming_facts, subject_problem
-
-    family = facts("Raghnall Mac Ruaidhrí was a son of Ruaidhrí Mac Ruaidhrí.", "Ruaidhrí Mac Ruaidhrí was a son of Ailéan mac Ruaidhrí.")
-    question = "Who is the paternal grandfather of Raghnall Mac Ruaidhrí?"
-    # the hop's own subject is refused, asked again; the second answer stands
-    lm = DummyLM([{"answer": "Raghnall Mac Ruaidhrí", "supporting": [1]}, {"answer": "Ailéan mac Ruaidhrí", "supporting": [2]}])
-    with dspy.context(lm=lm):
-        out = HopAnswerer()(question=question, facts=family, grounded=True, about_subject=True)
-    assert (out.answer, out.replaced, len(lm.history)) == ("Ailéan mac Ruaidhrí", None, 2)
-    with scripted({"answer": "Raghnall Mac Ruaidhrí", "supporting": [1]}):  # without the check: kept, one call
-        assert HopAnswerer()(question=question, facts=family, grounded=True).answer == "Raghnall Mac Ruaidhrí"
-    assert subject_problem("Who is Georg Wenker?", "Georg Wenker", family, []) is None  # an identity question asks for its subject
-    # another person's birthplace: refused twice, replaced by a place of the facts that name the hop's subject
-    heusen = facts("James Young was born in Baltimore, Maryland.", "Jimmy Van Heusen was born in Syracuse, New York.")
-    question = "Where was Jimmy Van Heusen born?"
-    assert naming_facts(question, heusen) == heusen[1:]
-    with scripted(*[{"answer": "Baltimore, Maryland", "supporting": [1]}] * 2):
-        out = HopAnswerer()(question=question, facts=heusen, grounded=True, about_subject=True)
-    assert (out.answer, out.replaced, out.why, out.kind) == (
-        "Syracuse, New York", "Baltimore, Maryland", "rests on facts about something else than the hop asks about", "place")
-    # a place never the subject's own full name: "Jonathan Richard Guy Greenwood" is a name, not where he was born
-    greenwood = facts("Jonathan Richard Guy Greenwood is an English musician.", "Jonny Greenwood grew up in Oxford.")
-    assert supported_span("Where was Jonny Greenwood born?", greenwood, places=True) == "Oxford"
-    assert supported_span("Where was Jonny Greenwood born?", greenwood) == "Jonathan Richard Guy Greenwood"
-
-
-def test_checked_chains_ask_again_for_a_decomposition_that_drops_a_step():
-    question = "Who is the sibling of the actress who played Susan Walker?"
-    broken = {"sub_questions": ["Who played Susan Walker?", "Who is Susan Walker's sibling?"]}
-    linked = {"sub_questions": ["Who played Susan Walker?", "Who is the sibling of #1?"]}
-    lm = DummyLM([broken, linked])
-    with dspy.context(lm=lm):
-        out = Decomposer()(question=question, entity_retries=2, check_chain=True)
-    assert (out.sub_questions, out.problems, out.attempts, len(lm.history)) == (linked["sub_questions"], [], 2, 2)
-    with scripted(broken):  # unchecked: the first stands
-        assert Decomposer()(question=question, entity_retries=2).sub_questions == broken["sub_questions"]
 
 
 def test_country_names_ground_a_country_its_facts_name_by_another_word():

@@ -4,7 +4,9 @@ loaded; then a tampered copy of the first, caught.
     python -m experiments.bench.replay                      # every run under experiments/results with lm_calls.jsonl.gz
     python -m experiments.bench.replay musique-lm60-fast    # named runs
 
-Each run is `hyperprove reproduce experiments/results/NAME --no-track` in its own process (the
+A run that used an option since retired (`ProgramConfig.RETIRED`) is listed as old, with the
+commit that reproduces it, and not rerun. Each other run is `hyperprove reproduce
+experiments/results/NAME --no-track` in its own process (the
 index is built into the cache dir by the first run that needs it, as on a fresh clone). It prints
 a table: the run, its questions and systems, its recorded calls and their size, the seconds the
 reproduction took, and whether every metric came back equal. Then two copies of the first run's
@@ -24,6 +26,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from pipeline.config import ProgramConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "experiments" / "results"
@@ -65,6 +69,12 @@ def tampered(folder: Path, scratch: Path, change: str) -> Path:
     return copy
 
 
+def retired_options(results: dict) -> list[str]:
+    """The retired options a run had on (`ProgramConfig.RETIRED`)."""
+    program = results.get("config", {}).get("program", {})
+    return [option for option, off in ProgramConfig.RETIRED.items() if program.get(option, off) != off]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="*", help="names under experiments/results (default: every one with recorded LM calls)")
@@ -75,6 +85,11 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as scratch:
         for folder in folders:
             results = json.loads((folder / "results.json").read_text())
+            if retired := retired_options(results):
+                print(f"| {folder.name} | {results['n_questions']} | {len(results['systems'])} | {results['lm_calls']['calls']} | "
+                      f"{results['lm_calls']['bytes'] / 1e6:.2f} MB | – | old: {', '.join(retired)} retired; "
+                      f"reproduces at commit {ProgramConfig.RETIRED_AT} |", flush=True)
+                continue
             done, seconds = reproduce(folder, Path(scratch) / folder.name)
             if done.returncode == 0:
                 verdict = "all equal" if json.loads(last_line(done.stdout))["identical"] else "differ: " + done.stdout[-400:]
@@ -82,10 +97,11 @@ def main(argv: list[str] | None = None) -> int:
                 verdict = f"failed: {last_line(done.stderr)}"
             print(f"| {folder.name} | {results['n_questions']} | {len(results['systems'])} | {results['lm_calls']['calls']} | "
                   f"{results['lm_calls']['bytes'] / 1e6:.2f} MB | {seconds:.0f} | {verdict} |", flush=True)
+        first = next(folder for folder in folders if not retired_options(json.loads((folder / "results.json").read_text())))
         for change in ("reply", "removed"):
-            copy = tampered(folders[0], Path(scratch), change)
+            copy = tampered(first, Path(scratch), change)
             done, seconds = reproduce(copy, Path(scratch) / f"{copy.name}-out")
-            print(f"{folders[0].name} with {'its first reply changed' if change == 'reply' else 'its first call removed'}: exit {done.returncode} "
+            print(f"{first.name} with {'its first reply changed' if change == 'reply' else 'its first call removed'}: exit {done.returncode} "
                   f"after {seconds:.0f} s: {last_line(done.stderr).replace(str(scratch), 'COPY')}", flush=True)
     return 0
 

@@ -53,7 +53,7 @@ class QuestionWorker:
             if system not in self.programs:
                 self.programs[system] = lm_system(self.bench, system, {}, {})
             program = self.programs[system]
-        rows = [answer_row(question, program, self.session.profile.snapshot, system=system) for question in questions]
+        rows = [answer_row(question, program, system=system) for question in questions]
         record = self.session.record
         calls = record.asked_for(system, {q.id for q in questions}) if record is not None else []
         return rows, calls

@@ -129,9 +129,8 @@ def run_evaluation(config: HyperProveConfig, runtime=None, tags: dict | None = N
         answer = RayAnswerer(config, index_directory if bench.needs_index else None, make_runtime or Runtime, record, log)
         log(f"answering on Ray ({config.cluster.ray}): {answer.describe()}")
     try:
-        results = evaluate_systems(names, questions, bench, run.decomposition, run.read, session.profile.snapshot if session else dict,
-                                   finished=finished, on_result=keep, trace=runtime.question_trace if track is not None else None,
-                                   answer=answer)
+        results = evaluate_systems(names, questions, bench, run.decomposition, run.read, finished=finished, on_result=keep,
+                                   trace=runtime.question_trace if track is not None else None, answer=answer)
     finally:
         if answer is not None:
             answer.close()

@@ -35,7 +35,6 @@ from experiments.metrics import exact_match, f1_score
 from experiments.runs.results import folder_questions, gold_answers, system_rows
 from experiments.stats import describe_difference, paired_difference
 from modules.errors import HyperProveError
-from pipeline.program import answer_before_choice
 
 
 def side_folder(side: str) -> tuple[Path, str]:
@@ -127,47 +126,48 @@ def compare(first: str, second: str, metrics: list[str], subset: Subset = Subset
 COST_FIELDS = ("calls", "cache_hits", "prompt_tokens", "cached_prompt_tokens", "completion_tokens")
 
 
-def step_costs(side: str, rows: list[dict]) -> dict[str, dict]:
-    """Per LM step, what it cost a question on average (seconds: the wall time around its calls)."""
+def module_costs(side: str, rows: list[dict]) -> dict[str, dict]:
+    """Per LM module, what it cost a question on average (seconds: the wall time around its calls)."""
     if any("lm_steps" not in row for row in rows):
         raise HyperProveError(f"{side}: its predictions hold no lm_steps (a run from before the LM profile), so no cost per question")
-    steps: dict[str, dict] = {}
+    modules: dict[str, dict] = {}
     for row in rows:
-        for step, cost in row["lm_steps"].items():
-            total = steps.setdefault(step, dict.fromkeys((*COST_FIELDS, "seconds"), 0.0))
+        for module, cost in row["lm_steps"].items():
+            total = modules.setdefault(module, dict.fromkeys((*COST_FIELDS, "seconds"), 0.0))
             for name in total:
                 total[name] += cost[name] / len(rows)
-    return steps
+    return modules
 
 
-def cost_row(side: str, rows: list[dict], steps: dict[str, dict], metrics: list[str]) -> str:
-    """One markdown row: a side's LM bill per question (its `steps`' summed) and its mean scores. Prompt
+def cost_row(side: str, rows: list[dict], modules: dict[str, dict], metrics: list[str]) -> str:
+    """One markdown row: what a side's LM calls cost a question (its `modules`' summed) and its mean scores. Prompt
     tokens are split into those the server computed and those its prompt cache served; seconds are
     the question's wall time, so a side whose calls DSPy's cache answered (its own column) is no cost figure."""
-    spent = {name: sum(cost[name] for cost in steps.values()) for name in COST_FIELDS}
+    spent = {name: sum(cost[name] for cost in modules.values()) for name in COST_FIELDS}
     seconds = sum(row["seconds"] for row in rows) / len(rows)
     cells = [f"{spent['calls']:.2f}", f"{spent['cache_hits']:.2f}", f"{spent['prompt_tokens'] - spent['cached_prompt_tokens']:.0f}",
              f"{spent['cached_prompt_tokens']:.0f}", f"{spent['completion_tokens']:.1f}", f"{seconds:.1f}"]
     return f"| {side} | " + " | ".join(cells + [f"{100 * sum(row[m] for row in rows) / len(rows):.2f}" for m in metrics]) + " |"
 
 
-def step_rows(side: str, steps: dict[str, dict]) -> list[str]:
-    """One markdown row per LM step of a side (its `step_costs`)."""
-    return [f"| {side} | {step} | {cost['calls']:.2f} | {cost['prompt_tokens'] - cost['cached_prompt_tokens']:.0f} | "
+def module_rows(side: str, modules: dict[str, dict]) -> list[str]:
+    """One markdown row per LM module of a side (its `module_costs`)."""
+    return [f"| {side} | {module} | {cost['calls']:.2f} | {cost['prompt_tokens'] - cost['cached_prompt_tokens']:.0f} | "
             f"{cost['cached_prompt_tokens']:.0f} | {cost['completion_tokens']:.1f} | {cost['seconds']:.1f} |"
-            for step, cost in steps.items()]
+            for module, cost in modules.items()]
 
 
 def costs(first: str, second: str, metrics: list[str], subset: Subset = Subset()) -> list[str]:
-    """The two sides' LM bills and scores as markdown tables (whole, then per step), then the paired differences (`compare`)."""
+    """What the two sides' LM calls cost and their scores as markdown tables (whole, then per LM
+    module), then the paired differences (`compare`)."""
     sides = list(zip((first, second), paired_rows(first, second, subset)))
-    steps = [step_costs(side, rows) for side, rows in sides]
+    spent_by_module = [module_costs(side, rows) for side, rows in sides]
     head = ["LM calls/q", "DSPy cache hits/q", "computed prompt tok/q", "prompt tok/q from the server's cache", "generated tok/q", "s/q"]
     lines = ["| run | " + " | ".join(head + metrics) + " |", "|---|" + "---:|" * (len(head) + len(metrics))]
-    lines += [cost_row(side, rows, spent, metrics) for (side, rows), spent in zip(sides, steps)]
-    lines += ["", "| run | step | LM calls/q | computed prompt tok/q | prompt tok/q from the server's cache | generated tok/q | LM s/q |",
+    lines += [cost_row(side, rows, spent, metrics) for (side, rows), spent in zip(sides, spent_by_module)]
+    lines += ["", "| run | LM module | LM calls/q | computed prompt tok/q | prompt tok/q from the server's cache | generated tok/q | LM s/q |",
               "|---|---|---:|---:|---:|---:|---:|"]
-    lines += [line for (side, _), spent in zip(sides, steps) for line in step_rows(side, spent)]
+    lines += [line for (side, _), spent in zip(sides, spent_by_module) for line in module_rows(side, spent)]
     return lines + [""] + compare(first, second, metrics, subset)
 
 
@@ -176,7 +176,7 @@ def without_choices(rows: list[dict], golds: dict[str, list[str]], source: str =
     gold answer and its aliases (`gold_answers` of `source`); and how many were put back."""
     undone, replaced = [], 0
     for row in rows:
-        first = next((answer for answer in map(answer_before_choice, row.get("fallbacks", [])) if answer is not None), None)
+        first = row.get("answer_before_choice")
         if first is None:
             undone.append(row)
             continue

@@ -139,21 +139,16 @@ DATE = re.compile(rf"\b(?:\d{{1,2}} )?{_MONTH}(?: \d{{1,2}})?,? \d{{3,4}}\b|\b{_
 NUMBER = re.compile(r"(?<![\w,.])\d+(?:[.,]\d+)*(?!\w|[.,]\d)")
 _ASKS_DATE = re.compile(r"^\W*when\b|\b(?:what|which) (?:year|date|day|month|century)\b|\b(?:date|year) of\b", re.IGNORECASE)
 _ASKS_NUMBER = re.compile(r"\bhow (?:many|much|long|old|tall|far|big|large|high)\b|\b(?:age|population)\b", re.IGNORECASE)
-_ASKS_PLACE = re.compile(r"^\W*where\b|\bplace of\b|\b(?:which|what|in which) (?:city|town|village|place)\b", re.IGNORECASE)
-_BEFORE_PLACE = re.compile(r"\b(?:in|at|near)\s+(?=[^\W\d_])")
 
 
-def answer_kind(query: str, answer: str = "", places: bool = False) -> str:
+def answer_kind(query: str, answer: str = "") -> str:
     """What a hop asks for: "date" (its query asks when or what year, or the reader answered a
-    date), "number" (how many, how old, ...; or a number answered), with `places` "place" (where,
-    the place of, which city), else "name"."""
+    date), "number" (how many, how old, ...; or a number answered), else "name"."""
     answer = answer.strip()
     if _ASKS_DATE.search(query) or DATE.fullmatch(answer):
         return "date"
     if _ASKS_NUMBER.search(query) or NUMBER.match(answer):
         return "number"
-    if places and _ASKS_PLACE.search(query):
-        return "place"
     return "name"
 
 
@@ -172,19 +167,7 @@ def _name_part(span: str) -> str:
     return name if re.search(r"[^\W\d_]", name) else ""
 
 
-def _place_spans(text: str) -> list[str]:
-    """Named spans right after "in", "at" or "near": "born in Tupelo, Mississippi" -> "Tupelo, Mississippi"."""
-    spans = []
-    for match in _BEFORE_PLACE.finditer(text):
-        named = named_spans(text[match.end():match.end() + 200])
-        if named and text[match.end():].startswith(named[0].split()[0]):
-            spans.append(_name_part(named[0]))
-    return spans
-
-
 def _spans(text: str, kind: str) -> list[str]:
-    if kind == "place":
-        return _place_spans(text)
     if kind == "date":
         return [match.group() for match in DATE.finditer(text)]
     if kind == "number":
@@ -192,78 +175,19 @@ def _spans(text: str, kind: str) -> list[str]:
     return [_name_part(span) for span in named_spans(text)]
 
 
-def supported_span(query: str, facts: Sequence[ScoredFact], answer: str = "", places: bool = False) -> str | None:
+def supported_span(query: str, facts: Sequence[ScoredFact], answer: str = "") -> str | None:
     """The first span of the facts, in their order, of the kind the hop asks for
     (`answer_kind`), that the query does not already name: the answer a hop's evidence best
     supports when the reader's `answer` is not in it. A "When did #1 die?" never gets a city
-    back, and a "Who ...?" never a year ("Marie Méliès 8 December 1861" -> "Marie Méliès"); with
-    `places`, a "Where was X born?" gets a place named after "in", "at" or "near" that shares no
-    word with the query (never X's own full name). None when the facts hold no span of that kind."""
+    back, and a "Who ...?" never a year ("Marie Méliès 8 December 1861" -> "Marie Méliès"). None
+    when the facts hold no span of that kind."""
     asked = lower_words(query)
-    kind = answer_kind(query, answer, places)
+    kind = answer_kind(query, answer)
     for fact in facts:
         for span in _spans(fact.text, kind):
-            named = named_words(span)
-            if named - asked and not (kind == "place" and named & asked):
+            if named_words(span) - asked:
                 return span
     return None
-
-
-def subject_problem(query: str, answer: str, resting: Sequence[ScoredFact], naming: Sequence[ScoredFact]) -> str | None:
-    """What is wrong with a hop answer about the thing its query names, or None: the answer is
-    that thing itself ("Who is Raghnall Mac Ruaidhrí's grandfather?" -> "Raghnall Mac Ruaidhrí";
-    an identity question excepted), or it rests on facts that name none of the query's names
-    while others of the hop's facts (`naming`) do: another entity's attribute."""
-    subject = named_words(query, skip_first=True)
-    words = named_words(answer)
-    if words and words <= subject and not identity_name(query, query):
-        return "is the hop's own subject"
-    if naming and not any(fact in naming for fact in resting):
-        return "rests on facts about something else than the hop asks about"
-    return None
-
-
-def naming_facts(query: str, facts: Sequence[ScoredFact]) -> list[ScoredFact]:
-    """The facts that share a named word with the query (in their passage title or text)."""
-    subject = named_words(query, skip_first=True)
-    return [fact for fact in facts if subject & lower_words(f"{fact.title} {fact.text}")] if subject else []
-
-
-_IDENTITY = re.compile(r"^\s*(?:who|what)\s+(?:is|was|are|were)\s+(?P<name>[^#?]+?)\s*\?\s*$", re.IGNORECASE)
-
-
-def identity_name(sub_question: str, question: str) -> str | None:
-    """The name a sub-question only asks to identify ("Who is Max Cavalera?" -> "Max Cavalera"),
-    when the question names it as written; else None. Such a hop answers with the name it was
-    given. A description ("Who is the King of Hollywood?") is a real bridge and no identity."""
-    match = _IDENTITY.match(sub_question)
-    if not match:
-        return None
-    name = match.group("name")
-    words = name.split()
-    proper = words[0][0].isupper() and words[0].lower() not in _FUNCTION_WORDS
-    if not proper or not all(w[0].isupper() or w[0].isdigit() or w.lower() in _JOINERS for w in words):
-        return None
-    return name if name.lower() in question.lower() else None
-
-
-def fold_identities(question: str, sub_questions: Sequence[str]) -> tuple[list[str], list[str]]:
-    """The decomposition without its identity steps (`identity_name`), and the steps dropped: each
-    "#k" that referred to one becomes the name itself, the other references are renumbered. A
-    decomposition of nothing but identities is left as it is (nothing dropped). This saves the identity's hop answer and the rewrite of the
-    step that refers to it, but the identity hop's facts also seed the next hop's frontier, which
-    on 2Wiki train found dates the folded step missed (README: the option stays off)."""
-    names = {k: identity_name(sub, question) for k, sub in enumerate(sub_questions, start=1)}
-    if all(names.values()) or not any(names.values()):
-        return list(sub_questions), []
-    renumbered = {k: n for n, k in enumerate((k for k, name in names.items() if not name), start=1)}
-
-    def refer(match: re.Match) -> str:
-        k = int(match.group(1))
-        return names.get(k) or (f"#{renumbered[k]}" if k in renumbered else match.group())
-
-    kept = [REFERENCE.sub(refer, sub) for k, sub in enumerate(sub_questions, start=1) if not names[k]]
-    return kept, [sub for k, sub in enumerate(sub_questions, start=1) if names[k]]
 
 
 # Words that make "A or B" a choice between two names rather than part of a title ("Dead or Alive").

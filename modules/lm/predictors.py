@@ -1,4 +1,4 @@
-"""The LM steps as DSPy modules: one predictor each, with its built-in demonstrations
+"""The LM modules (DSPy modules that call the LM), one per LM step of METHOD.md: one predictor each, with its built-in demonstrations
 (`modules.lm.demos`) and its output checked by rule (`modules.lm.checks`).
 
 All predictors are visible to `named_predictors()`, so an optimizer (`hyperprove compile`) can
@@ -27,10 +27,8 @@ from modules.lm.checks import (
     fact_grounded,
     mentioned,
     names_an_option,
-    naming_facts,
     question_options,
     squashed,
-    subject_problem,
     supported_entities,
     supported_span,
 )
@@ -44,7 +42,6 @@ from modules.lm.demos import (
     GENERATE_DEMOS,
     REWRITE_DEMOS,
 )
-from modules.lm.question_types import chain_problems
 from modules.lm.references import REFERENCE, fill_references, references
 from modules.lm.signatures import (
     AnswerHop,
@@ -135,8 +132,7 @@ class Decomposer(dspy.Module):
 
     With `entity_retries`, a decomposition that drops or invents a named word of the question
     (`entity_problems`) is asked for again, warmer and past the cache, up to that many times; the
-    first clean one wins, else the one with the fewest problems (the first among equals). With
-    `check_chain`, a step whose answer no later step uses (`chain_problems`) is a problem too.
+    first clean one wins, else the one with the fewest problems (the first among equals).
     """
 
     def __init__(self, comparisons: bool = False):
@@ -146,7 +142,7 @@ class Decomposer(dspy.Module):
         else:
             self.decompose = _predictor(Decompose, DECOMPOSE_DEMOS)
 
-    def forward(self, question: str, max_hops: int = 4, entity_retries: int = 0, check_chain: bool = False) -> dspy.Prediction:
+    def forward(self, question: str, max_hops: int = 4, entity_retries: int = 0) -> dspy.Prediction:
         tried: list[tuple[int, int, list[str], list[str]]] = []
         failure: Exception | None = None
         for attempt in range(entity_retries + 1):
@@ -159,7 +155,6 @@ class Decomposer(dspy.Module):
                 failure = failure or error
                 continue
             problems = entity_problems(question, sub_questions) if entity_retries else []
-            problems += chain_problems(question, sub_questions) if entity_retries and check_chain else []
             if not problems:
                 return dspy.Prediction(sub_questions=sub_questions, problems=[], attempts=attempt + 1)
             tried.append((len(problems), attempt, sub_questions, problems))
@@ -233,11 +228,6 @@ class HopAnswerer(dspy.Module):
 
     With `countries`, an answer whose countries the facts name by other words ("Austria" for "an
     Austrian composer") counts as contained.
-
-    With `about_subject`, an answer that is the thing the query names, or that rests on facts
-    naming none of the query's names while others do (`subject_problem`), is refused the same
-    way, and the span that replaces it comes from the facts that name the query's thing, a place
-    for a "where" query (`supported_span(places=True)`).
     """
 
     def __init__(self):
@@ -245,10 +235,9 @@ class HopAnswerer(dspy.Module):
         self.answer = _predictor(AnswerHop, ANSWER_HOP_DEMOS)
 
     def forward(self, question: str, facts: Sequence[ScoredFact], grounded: bool = False, grounded_in: str = "cited",
-                about_subject: bool = False, countries: bool = False) -> dspy.Prediction:
+                countries: bool = False) -> dspy.Prediction:
         evidence = numbered_evidence(facts)
-        naming = naming_facts(question, facts) if about_subject else []
-        for attempt in range(2 if grounded or about_subject else 1):
+        for attempt in range(2 if grounded else 1):
             config = past_cache(attempt, temperature=0.7)
             output = self.answer(question=question, evidence=evidence, config=config)
             answer = squashed(output.answer)
@@ -259,17 +248,14 @@ class HopAnswerer(dspy.Module):
             resting = cited if not grounded or contained(answer, [f"{fact.title} {fact.text}" for fact in cited], countries) else None
             if resting is None and grounded_in == "evidence":
                 resting = [fact for fact in facts if contained(answer, [f"{fact.title} {fact.text}"], countries)] or None
-            if resting is None:
-                problem = "is not in the facts it cites" if supporting and grounded_in == "cited" else "is not in its facts"
-            else:
-                problem = subject_problem(question, answer, resting, naming) if about_subject else None
-            if problem is None:
+            if resting is not None:
                 kept = supporting if resting is cited else resting
                 return dspy.Prediction(answer=answer, supporting=[fact.id for fact in kept], replaced=None, ungrounded=False, why=None,
-                                       kind=answer_kind(question, answer, about_subject))
-        span = supported_span(question, naming or cited, answer, places=about_subject)
+                                       kind=answer_kind(question, answer))
+            problem = "is not in the facts it cites" if supporting and grounded_in == "cited" else "is not in its facts"
+        span = supported_span(question, cited, answer)
         return dspy.Prediction(answer=span or answer, supporting=[fact.id for fact in supporting], replaced=answer if span else None,
-                               ungrounded=span is None, why=problem, kind=answer_kind(question, answer, about_subject))
+                               ungrounded=span is None, why=problem, kind=answer_kind(question, answer))
 
 
 class AnswerGenerator(dspy.Module):
@@ -279,7 +265,8 @@ class AnswerGenerator(dspy.Module):
     none of them (the director found on the way, "No" to "Is A or B further west?") is asked for
     once more as a choice between the options (`ChooseAnswer`); a reply that is no option either,
     or does not parse, leaves the first answer. The options come from the question by rule
-    (`question_options`), so no other question pays for the check.
+    (`question_options`), so no other question pays for the check. A chosen answer comes with the
+    one it `replaced` and the fallback `note` that says so.
     """
 
     def __init__(self):
@@ -299,5 +286,6 @@ class AnswerGenerator(dspy.Module):
         except (AdapterParseError, ValueError):
             chosen = ""
         if names_an_option(chosen, options):
-            return dspy.Prediction(answer=chosen, replaced=answer)
+            note = f"final answer: {answer!r} is none of the question's options; the reader chose {chosen!r}"
+            return dspy.Prediction(answer=chosen, replaced=answer, note=note)
         return dspy.Prediction(answer=answer, replaced=None)

@@ -24,11 +24,8 @@ from modules.lm.checks import (
     DATE,
     MONTHS,
     NUMBER,
-    answer_kind,
-    contained,
     content_words,
     lower_words,
-    named_words,
     question_options,
 )
 from modules.lm.countries import countries_named
@@ -391,33 +388,3 @@ def rule_answer(question: str, chain: list[dict]) -> Decision | None:
     """The rule's decision for a comparison question (None for any other question)."""
     comparison = comparison_of(question)
     return decide(comparison, chain) if comparison is not None else None
-
-
-
-def last_hop_answer(question: str, chain: list[dict]) -> Decision | None:
-    """The last hop's answer as the final answer, when that hop asks for the kind of answer the
-    question asks (a date, a number or a name: `answer_kind`) and its facts hold it; None for a
-    one-hop chain (the reader reads the same facts with the whole question), a yes/no question,
-    a question naming options, a chain whose last answer its facts do not hold, or one that is
-    the question's own subject (never what a question about it asks)."""
-    if len(chain) < 2 or _YES_NO.match(question) or question_type(question) != "other":
-        return None
-    last = chain[-1]
-    named = named_words(last["answer"])
-    if named and named <= named_words(question):
-        return None
-    kind = answer_kind(last["query"], last["answer"])
-    if kind != answer_kind(question) or not contained(last["answer"], [f"{f['title']} {f['text']}" for f in last["facts"]]):
-        return None
-    return Decision(last["answer"], f"the last hop's answer, a {kind} as the question asks")
-
-
-def chain_problems(question: str, sub_questions: list[str]) -> list[str]:
-    """What breaks a decomposition's chain, by rule: an earlier step whose answer no later step
-    uses ("#k"), in a question that is no comparison, equality or choice (whose steps look each
-    compared thing up on its own). "Who is Susan Walker's sibling?" after "Who played Susan
-    Walker?" drops the actress the question is about."""
-    if question_type(question) != "other" or len(sub_questions) < 2:
-        return []
-    used = set().union(*(references(sub_question) for sub_question in sub_questions[1:]))
-    return [f"leaves step {k}'s answer unused" for k in range(1, len(sub_questions)) if k not in used]

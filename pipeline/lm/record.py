@@ -4,11 +4,11 @@ Every LM call passes the LM cache (`pipeline.lm.cache.JSONCache`) under DSPy's c
 request without the API key and endpoint), answered there or by the LM. `CallRecord` hears each
 one and keeps, once per request, the request as sent (model, messages, sampling settings), the
 reply (`kind` and `response`, as `pipeline.lm.cache.response_data` gives them), and who asked
-(system, question id, step). `lm_calls.jsonl.gz` is that record:
+(system, question id, LM module). `lm_calls.jsonl.gz` is that record:
 gzip'd JSON lines, a header line and then one line per request; results.json names its sha256.
 
 `ReplayCache` answers a rerun from a record. A request the record lacks stops the run
-(`UnrecordedCall`) with its step, its question and where it departs from the nearest recorded
+(`UnrecordedCall`) with its LM module, its question and where it departs from the nearest recorded
 request, unless `live` lets it through to the LM (then only the calls an option changes are new).
 """
 
@@ -20,39 +20,26 @@ import io
 import json
 import threading
 import zlib
-from contextlib import contextmanager
-from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Iterable
 
 from modules.errors import HyperProveError, UnrecordedCall
 from pipeline.lm.cache import JSONCache, reply_text, request_data, response_from_data
-from pipeline.lm.profile import step_of
+from pipeline.lm.profile import module_of
+from pipeline.scope import current
 
 RECORD_FILE = "lm_calls.jsonl.gz"
 RECORD_FORMAT, RECORD_VERSION = "hyperprove.lm_calls", 1
 MAX_RECORD_BYTES = 1 << 30  # uncompressed, at most: a record is read a line at a time, but kept whole
 MAX_RECORD_LINE = 64 << 20  # characters of one recorded call
 
-_ASKER: ContextVar[tuple[str | None, str | None]] = ContextVar("hyperprove_asker", default=(None, None))
-
-
-@contextmanager
-def asking(system: str | None, question: str | None):
-    """The LM calls made inside are asked by `system` for `question` (its id)."""
-    token = _ASKER.set((system, question))
-    try:
-        yield
-    finally:
-        _ASKER.reset(token)
-
-
 def current_asker() -> dict:
-    """Who is asking now: the system and question set by `asking`, the step from DSPy's module stack."""
+    """Who is asking now: the system and question of the scope (`pipeline.scope`), the LM module
+    from DSPy's module stack (stored under `step`, the key records were written with)."""
     import dspy
 
-    system, question = _ASKER.get()
-    return {"system": system, "question": question, "step": step_of(dspy.settings.caller_modules)}
+    scope = current()
+    return {"system": scope.system, "question": scope.question, "step": module_of(dspy.settings.caller_modules)}
 
 
 class CallRecord:
@@ -239,17 +226,17 @@ class Record:
         request departs from it."""
         near, relation = self.nearest(request, asker)
         where = f"; the nearest recorded request ({relation}) {departure(near['request'], request)}" if near else "; the record is empty"
-        return UnrecordedCall(f"an LM call not in the record {self.path}: step {asker['step']}, question {asker['question']} "
+        return UnrecordedCall(f"an LM call not in the record {self.path}: LM module {asker['step']}, question {asker['question']} "
                               f"(system {asker['system']}){where}; pass --live to send new calls to the LM")
 
     def nearest(self, request: dict, asker: dict) -> tuple[dict | None, str]:
         """The recorded call sharing the longest start of its messages with `request`, among those
-        of the same question and step if any, else of the same step, else all."""
+        of the same question and LM module if any, else of the same LM module, else all."""
         def asked(call: dict, same: tuple[str, ...]) -> bool:
             return any(all(other.get(k) == asker[k] for k in same) for other in call["asked_by"] if isinstance(other, dict))
 
         text = messages_text(request)
-        for same, relation in ((("question", "step"), "same question and step"), (("step",), "same step"), ((), "any")):
+        for same, relation in ((("question", "step"), "same question and LM module"), (("step",), "same LM module"), ((), "any")):
             candidates = [call for call in self.calls.values() if asked(call, same)]
             if candidates:
                 return max(candidates, key=lambda call: common_start(messages_text(call["request"]), text)), relation

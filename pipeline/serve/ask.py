@@ -11,7 +11,8 @@ from typing import Callable
 import dspy
 
 from modules.errors import HyperProveError
-from pipeline.program import hops_to, program_for
+from pipeline.program import program_for
+from pipeline.scope import scoped
 
 
 def format_chain(prediction: dspy.Prediction) -> list[str]:
@@ -58,21 +59,21 @@ class Asker:
         self.runtime.embedder.load()
 
     def __call__(self, question: str, listener: Callable[[str, dict], None] | None = None) -> tuple[dict, dspy.Prediction]:
-        """The answer record (the chain, the top passages with their text and files, the LM's
-        cost) and the prediction;
-        `listener` hears the plan and each hop as they come (`hops_to`). The LM cost is the
-        question's own, with others answered at the same time in other threads."""
+        """The answer record (the chain, the top passages with their text and files, what its LM
+        calls cost) and the prediction; `listener` hears the plan and each hop as they come. The
+        question's scope (`pipeline.scope`) keeps both its own while others are answered in other
+        threads."""
         if not question.strip():
             raise HyperProveError("the question is empty")
         session = self.runtime.session
         started = time.perf_counter()
-        with hops_to(listener), session.profile.bill() as bill, self.runtime.question_trace(question) as finish:
+        with scoped(listener=listener, costs={}) as scope, self.runtime.question_trace(question) as finish:
             prediction = self.program(question)
             finish(prediction.answer, prediction.fallbacks)
-        steps = {step: asdict(cost) for step, cost in bill.items() if cost.calls}
+        spent = {module: asdict(cost) for module, cost in scope.costs.items() if cost.calls}
         record = {**answer_record(question, prediction), "passages": list(prediction.passages),
                   "sources": self.sources(prediction.passages[:5]), "lm": session.id,
-                  "lm_calls": sum(cost["calls"] for cost in steps.values()), "lm_steps": steps,
+                  "lm_calls": sum(cost["calls"] for cost in spent.values()), "lm_steps": spent,
                   "seconds": round(time.perf_counter() - started, 2)}
         return record, prediction
 
@@ -84,7 +85,7 @@ class Asker:
 
 def ask(config, index_directory: str, question: str, runtime=None, log=print, profile: bool = False, html: str | None = None) -> dict:
     """Answer one question over a saved index with the program of `config`; logs the chain, with
-    `profile` what each LM step cost (calls, tokens, tokens from the prompt cache, seconds), with
+    `profile` what each LM module cost (calls, tokens, tokens from the prompt cache, seconds), with
     `html` writes the chain as an evidence-chain page to that file, and with tracking on logs the
     question as one MLflow trace."""
     from pipeline.files import atomic_write_bytes
