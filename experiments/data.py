@@ -22,8 +22,8 @@ from pipeline.index.corpus import json_field, read_json_list
 
 
 @dataclass(frozen=True)
-class Step:
-    """One gold sub-question of a MuSiQue decomposition; "#k" refers to step k's answer."""
+class GoldHop:
+    """One gold hop: a sub-question of a gold decomposition (MuSiQue, 2Wiki), its answer and passage; "#k" refers to hop k's answer."""
 
     question: str
     answer: str
@@ -38,7 +38,7 @@ class Question:
     answer_aliases: tuple[str, ...] = ()
     type: str = ""
     gold_passages: tuple[int, ...] = ()
-    decomposition: tuple[Step, ...] = ()
+    decomposition: tuple[GoldHop, ...] = ()
 
 
 def _squash(text: str) -> str:
@@ -84,8 +84,8 @@ def load_questions(path: str | Path, corpus: list[Passage] | None = None) -> lis
     return questions
 
 
-def _check_references(path: Path, position: int, steps: tuple[Step, ...]) -> None:
-    """Step k's "#j" must name an earlier step: a reference to a missing or later one cannot be filled."""
+def _check_references(path: Path, position: int, steps: tuple[GoldHop, ...]) -> None:
+    """Gold hop k's "#j" must name an earlier hop: a reference to a missing or later one cannot be filled."""
     for k, step in enumerate(steps):
         for reference in references(step.question):
             if not 1 <= reference <= k:
@@ -111,7 +111,7 @@ def _schema_question(path: Path, position: int, item, n_passages: int | None) ->
     for k, step in enumerate(json_field(path, position, item, "decomposition", list, required=False, default=[])):
         where = f"{position} decomposition[{k}]"
         passage = step.get("passage") if isinstance(step, dict) else None
-        steps.append(Step(
+        steps.append(GoldHop(
             question=json_field(path, where, step, "question", str),
             answer=json_field(path, where, step, "answer", str),
             passage=passage if isinstance(passage, int) else None,
@@ -141,7 +141,7 @@ def _native_question(path: Path, position: int, item, lookup: _PassageLookup) ->
                 gold.append(lookup.find(path, position, json_field(path, where, paragraph, "title", str),
                                         json_field(path, where, paragraph, "paragraph_text", str)))
         steps = tuple(
-            Step(question=json_field(path, f"{position} question_decomposition[{k}]", step, "question", str),
+            GoldHop(question=json_field(path, f"{position} question_decomposition[{k}]", step, "question", str),
                  answer=json_field(path, f"{position} question_decomposition[{k}]", step, "answer", str), passage=None)
             for k, step in enumerate(json_field(path, position, item, "question_decomposition", list, required=False, default=[]))
         )

@@ -75,7 +75,7 @@ def run_order(names: Sequence[str], decomposition: str, read: bool = True) -> li
     return list(names)
 
 
-class Workbench:
+class EvaluationSetup:
     """What the systems of one run share: the corpus, the config, the embedder, and the index and
     dense passage search, each built on first use; programs and readers come from factories the
     caller supplies (the command line loads compiled prompts into them)."""
@@ -150,13 +150,13 @@ class Workbench:
         return self._prepare_reader(PassageReader(search, self.passages, EVIDENCE_PASSAGES, choose=self.config.program.choose_options))
 
 
-def make_workbench(config, passages, embedder, load_index: Callable | None, needs_index: bool, index_label: str):
-    """The `Workbench` of an evaluation: with the LM, programs over its index's retriever and
+def make_setup(config, passages, embedder, load_index: Callable | None, needs_index: bool, index_label: str):
+    """The `EvaluationSetup` of an evaluation: with the LM, programs over its index's retriever and
     readers with the compiled prompts loaded (a Ray worker builds the same one)."""
     from pipeline.program import load_compiled, program_for
 
     with_lm = config.evaluation.decomposition == "lm"
-    return Workbench(
+    return EvaluationSetup(
         passages, config, embedder, load_index,
         make_program=(lambda index: program_for(index.retriever(config.retriever, embedder.encode_query), config)) if with_lm else None,
         prepare_reader=lambda module: load_compiled(module, config.program.compiled),
@@ -177,7 +177,7 @@ Answerer = Callable[..., tuple[dict, list[dict]]]  # (system, questions, sub-que
 def evaluate_systems(
     names: Sequence[str],
     questions: Sequence[Question],
-    bench: Workbench,
+    setup: EvaluationSetup,
     decomposition: str = "gold",
     read: bool = False,
     progress: bool = True,
@@ -210,17 +210,17 @@ def evaluate_systems(
     program_passages: dict[str, list[int]] = {}
     for name in run_order(names, decomposition, read):
         label = name if progress else None
-        bench.embedder.forget_queries()  # each system's timing includes embedding its own queries
+        setup.embedder.forget_queries()  # each system's timing includes embedding its own queries
         if name in (finished or {}):
             summary, rows = finished[name].summary, finished[name].rows
         elif decomposition == "lm" and (name == "hyperprove" or read):
             if answer is not None:
                 summary, rows = answer(name, questions, sub_queries, program_passages, label)
             else:
-                system = lm_system(bench, name, sub_queries, program_passages)
+                system = lm_system(setup, name, sub_queries, program_passages)
                 summary, rows = evaluate_program(questions, system, progress=label, trace=trace, system=name)
         else:
-            summary, rows = evaluate_ranker(questions, _ranker(bench, name, decomposition, sub_queries), progress=label)
+            summary, rows = evaluate_ranker(questions, passage_ranker(setup, name, decomposition, sub_queries), progress=label)
         if name == "hyperprove" and decomposition == "lm":  # what the systems after the program read
             sub_queries = {row["question"]: [hop["query"] for hop in row["chain"]] or [row["question"]] for row in rows}
             program_passages = {row["question"]: row["passages"] for row in rows}
@@ -234,19 +234,19 @@ def evaluate_systems(
     return {name: results[name] for name in names}
 
 
-def lm_system(bench: Workbench, name: str, sub_queries: dict[str, list[str]], program_passages: dict[str, list[int]]):
+def lm_system(setup: EvaluationSetup, name: str, sub_queries: dict[str, list[str]], program_passages: dict[str, list[int]]):
     """What a system answers with under the LM: the program (`hyperprove`), or the final reader
     over the system's top passages; `dense-iterative` searches the program's sub-queries and
     `hyperprove-passages` takes the program's passages (both keyed by the question's text)."""
     if name == "hyperprove":
-        return bench.program()
+        return setup.program()
     if name == "dense-iterative":
-        search = _iterative_search(bench.dense, sub_queries)
+        search = _iterative_search(setup.dense, sub_queries)
     elif name == "hyperprove-passages":
         search = lambda question: program_passages.get(question, [])  # noqa: E731 - the program's own top passages
     else:
-        search = bench.search(name)
-    return bench.reader(search)
+        search = setup.search(name)
+    return setup.reader(search)
 
 
 def iterative_dense(dense: DensePassageSearch, queries: Sequence[str]) -> list[int]:
@@ -259,20 +259,20 @@ def _iterative_search(dense: DensePassageSearch, sub_queries: dict[str, list[str
     return lambda question: iterative_dense(dense, sub_queries.get(question, [question]))
 
 
-def _ranker(bench: Workbench, name: str, decomposition: str, sub_queries: dict[str, list[str]]):
+def passage_ranker(setup: EvaluationSetup, name: str, decomposition: str, sub_queries: dict[str, list[str]]):
     """Question -> (ranked passages, evidence chain) for the retrieval-only setting."""
     if name == "hyperprove":
-        retriever = bench.index.retriever(bench.config.retriever, bench.embedder.encode_query)
+        retriever = setup.index.retriever(setup.config.retriever, setup.embedder.encode_query)
         return lambda question: hyperprove_chain(question, retriever)
     if name == "dense-iterative":
-        dense = bench.dense
+        dense = setup.dense
 
         def iterative(question: Question):
             queries = gold_sub_queries(question) if decomposition == "gold" else sub_queries.get(question.question, [question.question])
             return iterative_dense(dense, queries), [{"query": q} for q in queries]
 
         return iterative
-    search = bench.search(name)
+    search = setup.search(name)
     return lambda question: (search(question.question), [])
 
 

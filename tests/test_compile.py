@@ -7,7 +7,7 @@ import re
 import dspy
 import pytest
 
-from experiments.data import Question, Step
+from experiments.data import GoldHop, Question
 from modules.errors import HyperProveError
 from optimize.compile import (
     TARGETS,
@@ -25,9 +25,9 @@ from pipeline.config import CompileConfig, HyperProveConfig
 JAWS = Question(
     id="q1", question="When did the director of Jaws' mother die?", answer="2017", answer_aliases=("February 21, 2017",),
     decomposition=(
-        Step("Who directed Jaws?", "Steven Spielberg", 0),
-        Step("Who was the mother of #1?", "Leah Adler", 1),
-        Step("When did #2 die?", "2017", 2),
+        GoldHop("Who directed Jaws?", "Steven Spielberg", 0),
+        GoldHop("Who was the mother of #1?", "Leah Adler", 1),
+        GoldHop("When did #2 die?", "2017", 2),
     ),
 )
 
@@ -118,7 +118,7 @@ class FieldFillingEngine:
 
 
 TRAINING = [JAWS] + [
-    Question(id=f"q{n}", question=question, answer=answers[-1], decomposition=tuple(Step(s, a, None) for s, a in zip(steps, answers)))
+    Question(id=f"q{n}", question=question, answer=answers[-1], decomposition=tuple(GoldHop(s, a, None) for s, a in zip(steps, answers)))
     for n, (question, steps, answers) in enumerate([
         ("Who is the spouse of the Green performer?", ["Who performed Green?", "Who is the spouse of #1?"], ["Steve Hillage", "Miquette Giraudy"]),
         ("In which county was Eric Carmen born?", ["Where was Eric Carmen born?", "In which county is #1?"], ["Cleveland", "Cuyahoga County"]),

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from experiments.data import Step, load_questions
+from experiments.data import GoldHop, load_questions
 from modules.errors import HyperProveError
 from modules.facts import Passage
 from pipeline.index.corpus import load_corpus
@@ -27,7 +27,7 @@ def test_corpus_and_schema_questions(tmp_path):
         "gold_passages": [0, 1], "decomposition": [{"question": "What is first?", "answer": "Alpha", "passage": 0}],
     }]), corpus)
     assert questions[0].gold_passages == (0, 1) and questions[0].answer_aliases == ("B",)
-    assert questions[0].decomposition == (Step("What is first?", "Alpha", 0),)
+    assert questions[0].decomposition == (GoldHop("What is first?", "Alpha", 0),)
 
 
 def test_hipporag_native_musique_and_2wiki(tmp_path):

@@ -2,7 +2,7 @@
 
 import pytest
 
-from experiments.data import Question, Step
+from experiments.data import GoldHop, Question
 from experiments.gold import DensePassageSearch, evaluate_ranker, gold_sub_queries, hyperprove_chain
 from modules.errors import HyperProveError
 from modules.facts import Passage
@@ -19,8 +19,8 @@ CORPUS = [
 ]
 QUESTION = Question(
     id="q", question="When did the mother of the director of Jaws die?", answer="2017", gold_passages=(0, 1, 2),
-    decomposition=(Step("Who directed Jaws?", "Steven Spielberg", 0), Step("Who was the mother of #1?", "Leah Adler", 1),
-                   Step("When did #2 die?", "2017", 2)),
+    decomposition=(GoldHop("Who directed Jaws?", "Steven Spielberg", 0), GoldHop("Who was the mother of #1?", "Leah Adler", 1),
+                   GoldHop("When did #2 die?", "2017", 2)),
 )
 
 

@@ -186,15 +186,15 @@ def test_lm_entities_falls_back_to_rule_entities_for_a_sentence_that_names_none(
 
 
 def test_the_extraction_benchmark_counts_calls_facts_and_entities_with_nothing_cached(tmp_path):
-    from experiments.bench.extract import bench
+    from experiments.bench.extract import measure_extraction
     from modules.errors import HyperProveError
 
     (tmp_path / "corpus.json").write_text(json.dumps([{"title": p.title, "text": p.text} for p in PASSAGES]))
-    figures = bench(str(tmp_path / "corpus.json"), 2, "lm-entities", {}, model=DummyLM(ENTITIES))
+    figures = measure_extraction(str(tmp_path / "corpus.json"), 2, "lm-entities", {}, model=DummyLM(ENTITIES))
     # two passages, one call each; 4 sentences with 2, 2, 2 and 1 entities (see the lm-entities test above)
     assert (figures["passages"], figures["lm_calls_per_passage"], figures["facts_per_passage"], figures["entities_per_fact"]) == (2, 1.0, 2.0, 1.75)
     assert (figures["fallbacks"], figures["retried"], figures["characters_per_passage"]) == (0, 0, round((56 + 48) / 2))
-    again = bench(str(tmp_path / "corpus.json"), 2, "lm-entities", {}, model=DummyLM(ENTITIES))
+    again = measure_extraction(str(tmp_path / "corpus.json"), 2, "lm-entities", {}, model=DummyLM(ENTITIES))
     assert again["lm_calls_per_passage"] == 1.0  # a fresh cache each time: nothing is served from a previous run
     with pytest.raises(HyperProveError, match="only the LM extractors"):
-        bench(str(tmp_path / "corpus.json"), 2, "sentences", {})
+        measure_extraction(str(tmp_path / "corpus.json"), 2, "sentences", {})

@@ -2,7 +2,7 @@
 for every hop, fact, citation, frontier link and gold mark; the stages are worked out by hand."""
 
 from experiments.bench.check_pages import Rendered as Page  # the same reading of a page as the headless-browser check
-from experiments.data import Question, Step
+from experiments.data import GoldHop, Question
 from experiments.runs.failures import failure_stage, failure_summary, failure_table, write_pages
 from pipeline.serve.pages import chain_page, page_name
 
@@ -57,8 +57,8 @@ def test_a_page_without_gold_or_hops_still_reads():
 
 
 QUESTION = Question(id="q1", question="When did the mother of the director of Jaws die?", answer="2017", gold_passages=(0, 1, 2),
-                    decomposition=(Step("Who directed Jaws?", "Steven Spielberg", 0), Step("Who was the mother of #1?", "Leah Adler", 1),
-                                   Step("When did #2 die?", "2017", 2)))
+                    decomposition=(GoldHop("Who directed Jaws?", "Steven Spielberg", 0), GoldHop("Who was the mother of #1?", "Leah Adler", 1),
+                                   GoldHop("When did #2 die?", "2017", 2)))
 
 
 def hops(*answers, facts_from=(0, 1, 2), first="Who directed Jaws?"):

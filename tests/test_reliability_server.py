@@ -114,7 +114,7 @@ def own_page_client(served_index, lm=None, hosts=()):
 
     config = HyperProveConfig().with_overrides(index={"embedder": "test-hash"}, tracking={"enabled": False, "traces": False})
     asker = Asker(config, served_index, Runtime(config, lm=lm or DummyLM(two_hop_script(final_answer="2017")), embedder=HashEmbedder()))
-    return TestClient(make_app(asker, places=1, hosts=hosts), base_url="http://127.0.0.1:8000")
+    return TestClient(make_app(asker, slots=1, hosts=hosts), base_url="http://127.0.0.1:8000")
 
 
 @pytest.mark.parametrize("headers, message", [
@@ -187,26 +187,26 @@ def test_a_question_whose_client_left_while_it_waited_is_dropped_not_answered():
     import asyncio
     import threading
 
-    from pipeline.serve.server import Gone, Turns
+    from pipeline.serve.server import AnswerSlots, Gone
 
     answered, hold = [], threading.Event()
 
-    async def scene() -> Turns:
-        turns = Turns(places=1)
-        holding = await turns.run(lambda: hold.wait(10) and answered.append("first") or {})  # takes the one place
+    async def scene() -> AnswerSlots:
+        queue = AnswerSlots(slots=1)
+        holding = await queue.run(lambda: hold.wait(10) and answered.append("first") or {})  # takes the one slot
         left = asyncio.Event()
-        waiting = asyncio.ensure_future(turns.run(lambda: answered.append("dropped") or {}, gone=left.wait))
+        waiting = asyncio.ensure_future(queue.run(lambda: answered.append("dropped") or {}, gone=left.wait))
         await asyncio.sleep(0.05)
-        assert turns.waiting == 1
+        assert queue.waiting == 1
         left.set()  # its client disconnects while it waits
         with pytest.raises(Gone):
             await waiting
         hold.set()
         await holding
-        return turns
+        return queue
 
-    turns = asyncio.run(scene())
-    assert answered == ["first"] and turns.dropped == 1 and turns.waiting == 0 and turns.answering == 0
+    queue = asyncio.run(scene())
+    assert answered == ["first"] and queue.dropped == 1 and queue.waiting == 0 and queue.answering == 0
 
 
 def test_a_hung_lm_is_a_503_within_the_stated_time(served_index):
@@ -225,7 +225,7 @@ def test_a_hung_lm_is_a_503_within_the_stated_time(served_index):
         config = HyperProveConfig().with_overrides(index={"embedder": "test-hash"}, tracking={"enabled": False, "traces": False},
                                                    lm={"api_base": hanging.address, "timeout": 1, "retries": 1})
         asker = Asker(config, served_index, Runtime(config, embedder=HashEmbedder()))
-        client = TestClient(make_app(asker, places=1), base_url="http://127.0.0.1:8000")
+        client = TestClient(make_app(asker, slots=1), base_url="http://127.0.0.1:8000")
         started = time.perf_counter()
         response = client.post("/ask", json={"question": "Who directed Jaws?"})
         seconds = time.perf_counter() - started

@@ -52,7 +52,7 @@ def asker_for(index_dir, answers=ANSWERS, lm=None):
 
 @pytest.fixture(scope="module")
 def client(index_dir):
-    return TestClient(make_app(asker_for(index_dir), places=1), base_url=LOCAL)
+    return TestClient(make_app(asker_for(index_dir), slots=1), base_url=LOCAL)
 
 
 def test_ask_returns_the_answer_its_chain_and_where_its_passages_came_from(client):
@@ -92,7 +92,7 @@ def test_the_stream_refuses_a_missing_question(client):
 def test_fifty_questions_at_once_are_all_answered_one_at_a_time(index_dir):
     """With the local model's one place, 50 concurrent requests queue and every one is answered."""
     asker = asker_for(index_dir)
-    app = make_app(asker, places=1)
+    app = make_app(asker, slots=1)
     running, most = [0], [0]
     forward = asker.program.forward
 
@@ -116,11 +116,11 @@ def test_fifty_questions_at_once_are_all_answered_one_at_a_time(index_dir):
     responses, health = asyncio.run(fifty())
     assert [r.status_code for r in responses] == [200] * 50
     assert {r.json()["answer"] for r in responses} == {"Leah Adler"}
-    assert most[0] == 1 and (health["answering"], health["waiting"], health["places"]) == (0, 0, 1)
+    assert most[0] == 1 and (health["answering"], health["waiting"], health["slots"]) == (0, 0, 1)
 
 
 def test_questions_answered_at_once_each_get_their_own_lm_bill(index_dir):
-    """With an API model's places, questions run in the program together; each record counts its
+    """With an API model's answer slots, questions run in the program together; each record counts its
     own four calls (decompose, two hops, the final reader), never another question's."""
     import time
 
@@ -142,7 +142,7 @@ def test_questions_answered_at_once_each_get_their_own_lm_bill(index_dir):
     asker.program.forward = at_once
 
     async def four():
-        transport = httpx.ASGITransport(app=make_app(asker, places=4))
+        transport = httpx.ASGITransport(app=make_app(asker, slots=4))
         async with httpx.AsyncClient(transport=transport, base_url=LOCAL, timeout=120) as http:
             return await asyncio.gather(*(http.post("/ask", json={"question": QUESTION}) for _ in range(4)))
 
@@ -178,7 +178,7 @@ def test_the_stream_sends_the_plan_each_hop_then_the_chain(client):
 
 
 def test_a_question_the_lm_cannot_parse_still_answers_with_its_fallbacks(index_dir):
-    client = TestClient(make_app(asker_for(index_dir, answers={"": {"nothing": "useful"}}), places=1), base_url=LOCAL)
+    client = TestClient(make_app(asker_for(index_dir, answers={"": {"nothing": "useful"}}), slots=1), base_url=LOCAL)
     response = client.post("/ask", json={"question": QUESTION})
     assert response.status_code == 200
     assert response.json()["fallbacks"] and isinstance(response.json()["answer"], str)
@@ -192,7 +192,7 @@ def test_an_lm_that_is_gone_is_a_503_with_one_line(index_dir):
         def forward(self, *args, **kwargs):
             raise LMTransportError("connection refused")
 
-    client = TestClient(make_app(asker_for(index_dir, lm=GoneLM({})), places=1), base_url=LOCAL)
+    client = TestClient(make_app(asker_for(index_dir, lm=GoneLM({})), slots=1), base_url=LOCAL)
     response = client.post("/ask", json={"question": QUESTION})
     assert response.status_code == 503
     assert response.json() == {"error": "the LM could not be reached: LMTransportError: connection refused"}
@@ -228,7 +228,7 @@ def test_serve_binds_loopback_unless_told_and_stops_on_request(index_dir):
     with pytest.raises(HyperProveError, match="--host 0.0.0.0: would serve questions over this index, unauthenticated"):
         serve(CONFIG, index_dir, host="0.0.0.0", port=8000, runtime=None, log=lambda line: None)
     (health, page), lines = serving(index_dir, lambda url: (httpx.get(url + "health").json(), httpx.get(url).text))
-    assert health["passages"] == 3 and health["places"] == 1 and '<form id="ask">' in page
+    assert health["passages"] == 3 and health["slots"] == 1 and '<form id="ask">' in page
     assert lines[0].startswith("serving ") and lines[-1] == "serve stopped (stop)"
 
 

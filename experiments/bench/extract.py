@@ -30,7 +30,7 @@ from pipeline.config import ADAPTERS, EXTRACTORS, HyperProveConfig
 MUSIQUE = ROOT.parent / "shared" / "data" / "musique" / "corpus.json"
 
 
-def bench(corpus: str, first: int, extractor: str, lm: dict, model=None) -> dict:
+def measure_extraction(corpus: str, first: int, extractor: str, lm: dict, model=None) -> dict:
     """Extract the first `first` passages of `corpus` with nothing cached; the figures of one run.
     `model` is an LM object to use instead of the configured one (a test's scripted LM)."""
     from pipeline.index.corpus import load_corpus
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON line")
     args = parser.parse_args(argv)
     try:
-        figures = bench(args.corpus, args.first, args.extractor, {"model": args.lm, "threads": args.lm_threads, "adapter": args.lm_adapter})
+        figures = measure_extraction(args.corpus, args.first, args.extractor, {"model": args.lm, "threads": args.lm_threads, "adapter": args.lm_adapter})
     except HyperProveError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -25,7 +25,7 @@ class QuestionWorker:
 
     def __init__(self, config: dict, index_directory: str | None, make_runtime: Callable):
         """`config` as a dict, at this worker's LM endpoint, its paths absolute."""
-        from experiments.harness import make_workbench
+        from experiments.harness import make_setup
         from pipeline.config import HyperProveConfig
         from pipeline.index.corpus import load_corpus
         from pipeline.index.store import load_index
@@ -36,7 +36,7 @@ class QuestionWorker:
         self.runtime = make_runtime(self.config)
         passages = load_corpus(self.config.evaluation.corpus)
         load = (lambda: load_index(index_directory, expect=self.config.index)) if index_directory else None
-        self.bench = make_workbench(self.config, passages, self.runtime.embedder, load, needs_index=index_directory is not None,
+        self.setup = make_setup(self.config, passages, self.runtime.embedder, load, needs_index=index_directory is not None,
                                     index_label=str(index_directory))
         self.runtime.embedder.load()  # now, not in the first question: a worker is ready when it says so
         self.session = self.runtime.session
@@ -48,10 +48,10 @@ class QuestionWorker:
         from experiments.qa import answer_row
 
         if system in ("dense-iterative", "hyperprove-passages"):  # they read what the program wrote for these questions
-            program = lm_system(self.bench, system, sub_queries, program_passages)
+            program = lm_system(self.setup, system, sub_queries, program_passages)
         else:
             if system not in self.programs:
-                self.programs[system] = lm_system(self.bench, system, {}, {})
+                self.programs[system] = lm_system(self.setup, system, {}, {})
             program = self.programs[system]
         rows = [answer_row(question, program, system=system) for question in questions]
         record = self.session.record

@@ -52,7 +52,7 @@ def run_evaluation(config: HyperProveConfig, runtime=None, tags: dict | None = N
     workers, each with `make_runtime(config)` (default `Runtime`) at its LM endpoint, and no LM is
     started here. Returns {"retrievers": {system: summary}, "out": folder, "mlflow_run": id or None}."""
     from experiments.data import load_questions
-    from experiments.harness import PASSAGE_LEVEL, evaluate_systems, make_workbench, parse_systems, write_results
+    from experiments.harness import PASSAGE_LEVEL, evaluate_systems, make_setup, parse_systems, write_results
     from pipeline.files import atomic_directory
     from pipeline.index.corpus import load_corpus
     from pipeline.index.store import cached_index, load_index, read_manifest
@@ -91,11 +91,11 @@ def run_evaluation(config: HyperProveConfig, runtime=None, tags: dict | None = N
         index, index_directory = cached_index(passages, config, runtime, log, make_runtime)
         return index
 
-    bench = make_workbench(config, passages, embedder, load, needs_index=bool(run.index) or any(name not in PASSAGE_LEVEL for name in names),
+    setup = make_setup(config, passages, embedder, load, needs_index=bool(run.index) or any(name not in PASSAGE_LEVEL for name in names),
                            index_label=f"{run.index} (for {run.corpus})" if run.index else "the cached index")
     index_manifest = None
-    if bench.needs_index:  # build or load it now, outside the per-question timing
-        index = bench.index
+    if setup.needs_index:  # build or load it now, outside the per-question timing
+        index = setup.index
         index_manifest = read_manifest(index_directory) if index_directory else {"saved": False, **index.info, "counts": index.counts()}
     if check_index is not None:
         check_index(index_manifest)
@@ -123,13 +123,13 @@ def run_evaluation(config: HyperProveConfig, runtime=None, tags: dict | None = N
     if on_ray:
         from experiments.runs.distributed import RayAnswerer
 
-        if bench.needs_index and index_directory is None:
+        if setup.needs_index and index_directory is None:
             raise HyperProveError("--ray: the workers load the index from its folder, and this one was not saved (extraction "
                                   "fell back on some passages); build it with `hyperprove index CORPUS --out DIR` and pass --index DIR")
-        answer = RayAnswerer(config, index_directory if bench.needs_index else None, make_runtime or Runtime, record, log)
+        answer = RayAnswerer(config, index_directory if setup.needs_index else None, make_runtime or Runtime, record, log)
         log(f"answering on Ray ({config.cluster.ray}): {answer.describe()}")
     try:
-        results = evaluate_systems(names, questions, bench, run.decomposition, run.read, finished=finished, on_result=keep,
+        results = evaluate_systems(names, questions, setup, run.decomposition, run.read, finished=finished, on_result=keep,
                                    trace=runtime.question_trace if track is not None else None, answer=answer)
     finally:
         if answer is not None:

@@ -30,7 +30,7 @@ from experiments.runs.results import (
     SWEEP_FIELDS,
     load_runs,
     question_types,
-    read_record,
+    read_run_file,
     recorded_program,
     run_questions,
     system_rows,
@@ -536,7 +536,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         runs = load_runs(Path(args.results))
         report_dir = Path(args.out).resolve().parent
-        sweeps = [(read_record(path, "sweep", SWEEP_FIELDS), [os.path.relpath(png, report_dir) for png in sorted(path.parent.glob("*.png"))])
+        sweeps = [(read_run_file(path, "sweep", SWEEP_FIELDS), [os.path.relpath(png, report_dir) for png in sorted(path.parent.glob("*.png"))])
                   for path in sorted(Path(args.results).resolve().glob("*/sweep.json"))]
     except HyperProveError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -25,19 +25,19 @@ SWEEP_FIELDS = {"config": dict, "study": str, "objective": str, "start_params": 
                 "complete": int, "pruned": int, "n_questions": int, "questions": str}
 
 
-def read_record(path: Path, what: str, needs: dict[str, type]) -> dict:
+def read_run_file(path: Path, what: str, needs: dict[str, type]) -> dict:
     """A results.json or sweep.json, checked to hold what the report reads (one line if not)."""
-    record = read_json(path, what)
-    if not isinstance(record, dict):
+    run = read_json(path, what)
+    if not isinstance(run, dict):
         raise HyperProveError(f"{path}: a {what} file holds one JSON object")
     for key, kind in needs.items():
-        if not isinstance(record.get(key), kind):
+        if not isinstance(run.get(key), kind):
             raise HyperProveError(f"{path}: no {key!r} ({kind.__name__}); not written by `hyperprove {'sweep' if what == 'sweep' else 'evaluate'}`")
-    return record
+    return run
 
 
 def load_runs(directory: Path) -> list[dict]:
-    runs = [{**read_record(path, "results", RUN_FIELDS), "results_dir": str(path.parent)} for path in sorted(directory.glob("*/results.json"))
+    runs = [{**read_run_file(path, "results", RUN_FIELDS), "results_dir": str(path.parent)} for path in sorted(directory.glob("*/results.json"))
             if not path.parent.name.endswith(".partial")]  # an unfinished run is not a result yet
 
     def order(run: dict) -> tuple:

@@ -18,7 +18,7 @@ from modules.lm.references import REFERENCE
 MONTHS = "January|February|March|April|May|June|July|August|September|October|November|December"
 
 
-def squashed(text: object) -> str:
+def single_spaced(text: object) -> str:
     """The text on one line, whitespace runs as single spaces (None as "")."""
     return " ".join(str(text or "").split()).strip()
 
@@ -42,7 +42,7 @@ def _supported(entity: str, source: set[str]) -> bool:
 
 def supported_entities(listed, source: set[str]) -> list[str]:
     """The listed entities whose words the source has, each once, whitespace normalised."""
-    return list(dict.fromkeys(e for e in (squashed(e) for e in listed or []) if _supported(e, source)))
+    return list(dict.fromkeys(e for e in (single_spaced(e) for e in listed or []) if _supported(e, source)))
 
 
 def fact_grounded(fact: str, source: set[str]) -> bool:

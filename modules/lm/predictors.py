@@ -28,7 +28,7 @@ from modules.lm.checks import (
     mentioned,
     names_an_option,
     question_options,
-    squashed,
+    single_spaced,
     supported_entities,
     supported_span,
 )
@@ -96,7 +96,7 @@ class FactExtractor(dspy.Module):
         output = self.extract(title=title, passage=passage, config=config)
         source = content_words(f"{title} {passage}")
         entities = supported_entities(output.entities, source)
-        texts = list(dict.fromkeys(t for t in (squashed(t) for t in output.facts or []) if t and fact_grounded(t, source)))
+        texts = list(dict.fromkeys(t for t in (single_spaced(t) for t in output.facts or []) if t and fact_grounded(t, source)))
         if not texts:
             raise MalformedOutput(f"no facts extracted from passage {title!r} that the passage supports")
         facts = [ExtractedFact(text=text, entities=mentioned(entities, text)) for text in texts]
@@ -164,7 +164,7 @@ class Decomposer(dspy.Module):
         return dspy.Prediction(sub_questions=sub_questions, problems=problems, attempts=entity_retries + 1)
 
     def sub_questions(self, question: str, max_hops: int, config: dict) -> list[str]:
-        sub_questions = [squashed(q) for q in self.decompose(question=question, config=config).sub_questions or []]
+        sub_questions = [single_spaced(q) for q in self.decompose(question=question, config=config).sub_questions or []]
         sub_questions = [q for q in sub_questions if q]
         if not sub_questions:
             raise MalformedOutput("the decomposition is empty")
@@ -194,7 +194,7 @@ class BridgeRewriter(dspy.Module):
         if by_rule:
             return dspy.Prediction(query=fill_references(sub_question, answers), rewritten=True)
         resolved = [f"#{k} = {answers[k - 1]}" for k in used if 1 <= k <= len(answers)]
-        query = squashed(self.rewrite(sub_question=sub_question, resolved=resolved).question)
+        query = single_spaced(self.rewrite(sub_question=sub_question, resolved=resolved).question)
         if not query or REFERENCE.search(query):
             raise MalformedOutput(f"the rewrite of {sub_question!r} still has a reference or is empty: {query!r}")
         missing = [answers[k - 1] for k in used if 1 <= k <= len(answers) and answers[k - 1].lower() not in query.lower()]
@@ -240,7 +240,7 @@ class HopAnswerer(dspy.Module):
         for attempt in range(2 if grounded else 1):
             config = past_cache(attempt, temperature=0.7)
             output = self.answer(question=question, evidence=evidence, config=config)
-            answer = squashed(output.answer)
+            answer = single_spaced(output.answer)
             if not answer:
                 raise MalformedOutput(f"no answer to {question!r}")
             supporting = [facts[n - 1] for n in dict.fromkeys(output.supporting or []) if 1 <= n <= len(facts)]
@@ -275,14 +275,14 @@ class AnswerGenerator(dspy.Module):
         self.choose = _predictor(ChooseAnswer, CHOOSE_DEMOS)
 
     def forward(self, question: str, evidence: Sequence[str], choose: bool = False) -> dspy.Prediction:
-        answer = squashed(self.generate(question=question, evidence=list(evidence)).answer)
+        answer = single_spaced(self.generate(question=question, evidence=list(evidence)).answer)
         if not answer:
             raise MalformedOutput(f"no final answer to {question!r}")
         options = question_options(question) if choose else []
         if not options or names_an_option(answer, options):
             return dspy.Prediction(answer=answer, replaced=None)
         try:
-            chosen = squashed(self.choose(question=question, options=options, evidence=list(evidence)).answer)
+            chosen = single_spaced(self.choose(question=question, options=options, evidence=list(evidence)).answer)
         except (AdapterParseError, ValueError):
             chosen = ""
         if names_an_option(chosen, options):

@@ -41,7 +41,7 @@ def index_corpus(corpus: str | Path, out: str | Path, config, runtime=None, log:
     if folder:
         log(folder.summary())
     runtime = runtime or Runtime(config)
-    say_where(config, log)
+    note_ray_unused(config, log)
     extractor = extractor_for(config, runtime, make_runtime)
     started = time.perf_counter()
     with writer_lock(out, log):  # a second build into the same folder waits, then replaces this one whole
@@ -57,7 +57,7 @@ def index_corpus(corpus: str | Path, out: str | Path, config, runtime=None, log:
             "extractor": extractor.report(), "seconds": round(seconds, 2)}
 
 
-def say_where(config, log: Callable[[str], None]) -> None:
+def note_ray_unused(config, log: Callable[[str], None]) -> None:
     """`--ray` with an extractor that asks no LM: nothing to spread, and the user is told so."""
     from pipeline.index.extract import LM_EXTRACTORS
 
@@ -98,7 +98,7 @@ def add_to_index(added_corpus: str | Path, directory: str | Path, config, runtim
         if len(update.removed):
             index = shrink_index(index, update.removed, config.index, runtime.embedder)
         if update.added:
-            say_where(config, log)
+            note_ray_unused(config, log)
             extractor = extractor_for(config, runtime, make_runtime)
             index = grow_index(index, update.added, config.index, runtime.embedder, progress=True, extractor=extractor)
         if update.documents is not None:

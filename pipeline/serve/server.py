@@ -6,7 +6,7 @@ it is answered.
     GET  /                            the page: a question box; plan, hops and chain appear as they stream
     GET  /health                      the index, the LM, questions answering and waiting
 
-Questions wait their turn in arrival order for one of `lm.concurrency` places (1 with the local
+Questions wait their turn in arrival order for one of `lm.concurrency` answer slots (1 with the local
 model, whose one server slot would only interleave two questions' calls; 8 with an API model),
 and run in threads beside the event loop; a question whose client has gone while it waited is
 dropped. A question the program cannot answer well still returns its fallbacks as any answer
@@ -93,24 +93,24 @@ class Gone(Exception):
     """The client of a waiting question went away: it is dropped, not answered."""
 
 
-class Turns:
-    """Places to answer a question, taken in arrival order (asyncio's semaphore is first come,
+class AnswerSlots:
+    """Slots to answer a question in, taken in arrival order (asyncio's semaphore is first come,
     first served), each question in a daemon thread of its own (a stop never waits for an LM
-    call); a place is given back when the question's thread ends, even if its client has gone."""
+    call); a slot is given back when the question's thread ends, even if its client has gone."""
 
-    def __init__(self, places: int):
-        self.places, self.free = places, asyncio.Semaphore(places)
+    def __init__(self, slots: int):
+        self.slots, self.free = slots, asyncio.Semaphore(slots)
         self.waiting = self.answering = self.dropped = 0
 
     async def run(self, work: Callable[[], dict], queued: Callable[[int], None] = lambda ahead: None,
                   gone: Callable[[], Awaitable[object]] | None = None) -> asyncio.Future:
-        """`work` in a thread once a place is free (`queued(ahead)` first, when none is); `Gone`
+        """`work` in a thread once a slot is free (`queued(ahead)` first, when none is); `Gone`
         when `gone()` returns first (its client disconnected while it waited)."""
-        if self.answering >= self.places:
+        if self.answering >= self.slots:
             queued(self.waiting)
         self.waiting += 1
         try:
-            await self.place(gone)
+            await self.take_slot(gone)
         finally:
             self.waiting -= 1
         self.answering += 1
@@ -133,8 +133,8 @@ class Turns:
         threading.Thread(target=answer, name="question", daemon=True).start()
         return done
 
-    async def place(self, gone: Callable[[], Awaitable[object]] | None) -> None:
-        """Wait for a free place, or raise `Gone` when `gone()` returns first."""
+    async def take_slot(self, gone: Callable[[], Awaitable[object]] | None) -> None:
+        """Wait for a free slot, or raise `Gone` when `gone()` returns first."""
         if gone is None:
             await self.free.acquire()
             return
@@ -144,7 +144,7 @@ class Turns:
             leaving.cancel()
             return
         if taking.done():
-            self.free.release()  # it got the place as its client left: the next question takes it
+            self.free.release()  # it got the slot as its client left: the next question takes it
         else:
             taking.cancel()
         self.dropped += 1
@@ -161,14 +161,14 @@ async def disconnected(request: Request) -> None:
         pass
 
 
-def make_app(asker, places: int, title: str = "HyperProve", hosts: Collection[str] | None = ()):
+def make_app(asker, slots: int, title: str = "HyperProve", hosts: Collection[str] | None = ()):
     """The FastAPI app over an `Asker` (an index and a program, loaded once), answering requests
     whose `Host` is a loopback name or address or one of `hosts` (None: any host)."""
     from pipeline.serve.pages import chain_parts, chain_view, live_page
 
     app = FastAPI(title=title, docs_url=None, redoc_url=None, openapi_url=None)
     app.add_middleware(OwnPageOnly, hosts=None if hosts is None else {name.lower() for name in hosts})
-    turns = app.state.turns = Turns(places)
+    queue = app.state.queue = AnswerSlots(slots)
 
     def answered(question: str, listener=None) -> dict:
         return asker(question, listener)[0]
@@ -184,7 +184,7 @@ def make_app(asker, places: int, title: str = "HyperProve", hosts: Collection[st
             return error(*problem)
         question = question.strip()
         try:
-            return await (await turns.run(lambda: answered(question), gone=lambda: disconnected(request)))
+            return await (await queue.run(lambda: answered(question), gone=lambda: disconnected(request)))
         except Gone:
             return error(499, "the client went away before its turn; not answered")
         except Exception as exception:  # noqa: BLE001 - every failure is one line, never a traceback
@@ -210,7 +210,7 @@ def make_app(asker, places: int, title: str = "HyperProve", hosts: Collection[st
             loop.call_soon_threadsafe(events.put_nowait, (event, data))
 
         async def sent():
-            waiting = await turns.run(lambda: answered(question, heard), queued=lambda ahead: events.put_nowait(("queued", {"ahead": ahead})))
+            waiting = await queue.run(lambda: answered(question, heard), queued=lambda ahead: events.put_nowait(("queued", {"ahead": ahead})))
             waiting.add_done_callback(lambda _: events.put_nowait(("done", None)))
             while True:
                 event, data = await events.get()
@@ -237,7 +237,7 @@ def make_app(asker, places: int, title: str = "HyperProve", hosts: Collection[st
     @app.get("/health")
     async def health():
         return {"status": "ok", "passages": len(asker.index.passages), "lm": asker.runtime.session.id,
-                "answering": turns.answering, "waiting": turns.waiting, "places": places}
+                "answering": queue.answering, "waiting": queue.waiting, "slots": slots}
 
     return app
 
@@ -265,10 +265,10 @@ def serve(config, index_directory: str, host: str = "127.0.0.1", port: int = 800
     check_host(host, allow_remote, "questions over this index")
     config = served_config(config)
     asker = Asker(config, index_directory, runtime)
-    places = config.lm.concurrency
-    served = Served(make_app(asker, places, hosts=host_names(host)), host, port, "questions", grace=STOP_SECONDS)
+    slots = config.lm.concurrency
+    served = Served(make_app(asker, slots, hosts=host_names(host)), host, port, "questions", grace=STOP_SECONDS)
     url = f"http://{host}:{port}/"
-    log(f"serving {index_directory} at {url} ({places} question(s) at a time; POST {url}ask, GET {url}health; "
+    log(f"serving {index_directory} at {url} ({slots} question(s) at a time; POST {url}ask, GET {url}health; "
         f"an LM that does not answer is a 503 within {config.lm.give_up_seconds:.0f} s; Ctrl-C stops it)")
     how = wait_until_stopped(stop)
     served.stop()  # questions still answering are left to their daemon threads, which end with the process
