@@ -8,22 +8,24 @@ makes it again. Another LM (or extractor version) extracts live: the file names 
 
 from __future__ import annotations
 
+import tempfile
 import time
 from pathlib import Path
 from typing import Callable
+
+from experiments.data import load_questions
+from experiments.metrics import exact_match
+from pipeline.index.corpus import load_corpus
+from pipeline.runtime import Runtime
 
 DEMO_DIR = Path(__file__).resolve().parent / "demo"
 DEMO_FACTS = DEMO_DIR / "facts.json"
 
 
 def run_demo(config, runtime=None, log: Callable[[str], None] = print) -> dict:
-    from experiments.data import load_questions
-    from experiments.metrics import exact_match
-    from pipeline.index.corpus import load_corpus
     from pipeline.index.extract import seed_extracted_facts
     from pipeline.index.store import cached_index
     from pipeline.program import program_for
-    from pipeline.runtime import Runtime
     from pipeline.serve.ask import answer_record, format_chain
 
     started = time.perf_counter()
@@ -59,11 +61,8 @@ def run_demo(config, runtime=None, log: Callable[[str], None] = print) -> dict:
 def write_demo_facts(config, runtime=None, log: Callable[[str], None] = print) -> dict:
     """Extract the demo corpus with the configured LM afresh (past the extraction cache, not
     past DSPy's) and write `experiments/demo/facts.json`."""
-    import tempfile
 
-    from pipeline.index.corpus import load_corpus
     from pipeline.index.extract import describe_extraction, make_extractor, write_extracted_facts
-    from pipeline.runtime import Runtime
 
     passages = load_corpus(DEMO_DIR / "corpus.json")
     session = (runtime or Runtime(config)).session

@@ -23,13 +23,20 @@ from functools import cached_property
 from pathlib import Path
 from typing import Callable, Sequence
 
+from experiments.baselines import BeamPathSearch, DenseFactSearch, EntityExpansionSearch, PPRPassageSearch
 from experiments.data import Question
 from experiments.gold import DensePassageSearch, evaluate_ranker, gold_sub_queries, hyperprove_chain
 from experiments.metrics import per_type
+from experiments.qa import PassageReader, evaluate_program
 from experiments.runs.failures import failure_summary, failure_table, page_link
 from modules.errors import HyperProveError
 from modules.lm.predictors import EVIDENCE_PASSAGES
 from modules.retrieval.retriever import interleave_passages
+from pipeline.files import atomic_write_bytes, atomic_write_json
+from pipeline.index.build import corpus_checksum
+from pipeline.lm.profile import profile_table
+from pipeline.lm.record import RECORD_FILE
+from pipeline.program import load_compiled, program_for
 
 # name -> what it is (the CLI help and the report print these)
 SYSTEMS = {
@@ -90,7 +97,6 @@ class EvaluationSetup:
     @cached_property
     def index(self):
         """The hypergraph index, checked to be built from this run's corpus."""
-        from pipeline.index.build import corpus_checksum
 
         index = self._load_index()
         checksum = corpus_checksum(self.passages)
@@ -122,7 +128,6 @@ class EvaluationSetup:
             from experiments.baselines import BM25PassageSearch
 
             return BM25PassageSearch(self.passages)
-        from experiments.baselines import BeamPathSearch, DenseFactSearch, EntityExpansionSearch, PPRPassageSearch
 
         encode, index = self.embedder.encode_query, self.index
         if name == "ppr":
@@ -145,7 +150,6 @@ class EvaluationSetup:
 
     def reader(self, search: Callable[[str], list[int]]):
         """A system's top passages read by the program's final reader (compiled, when given)."""
-        from experiments.qa import PassageReader
 
         return self._prepare_reader(PassageReader(search, self.passages, EVIDENCE_PASSAGES, choose=self.config.program.choose_options))
 
@@ -153,7 +157,6 @@ class EvaluationSetup:
 def make_setup(config, passages, embedder, load_index: Callable | None, needs_index: bool, index_label: str):
     """The `EvaluationSetup` of an evaluation: with the LM, programs over its index's retriever and
     readers with the compiled prompts loaded (a Ray worker builds the same one)."""
-    from pipeline.program import load_compiled, program_for
 
     with_lm = config.evaluation.decomposition == "lm"
     return EvaluationSetup(
@@ -191,7 +194,6 @@ def evaluate_systems(
     after each system, so a long run can keep them; every question that calls the LM runs in
     `trace(question, system)` (`Runtime.question_trace`) when one is given. `answer` answers the
     LM systems' questions elsewhere (`experiments.runs.distributed.RayAnswerer`); by default, here."""
-    from experiments.qa import evaluate_program
 
     if decomposition not in ("gold", "lm"):
         raise HyperProveError(f"decomposition {decomposition!r}: choose gold or lm")
@@ -335,7 +337,6 @@ def type_table(typed: Sequence[dict], score: str) -> list[str]:
 
 def lm_module_tables(summaries: Sequence[dict]) -> str:
     """Per system that called the LM, what each LM module cost per question (means)."""
-    from pipeline.lm.profile import profile_table
 
     sections = [f"\n## {summary['system']}: LM modules, per question\n\n" + profile_table(summary["lm_steps"])
                 + (f"\n{summary['lm_cache_hits']} calls came from DSPy's cache, so seconds understate the LM's cost.\n" if summary.get("lm_cache_hits") else "")
@@ -346,8 +347,6 @@ def lm_module_tables(summaries: Sequence[dict]) -> str:
 def write_results(directory: str | Path, header: dict, results: dict[str, SystemResult], record=None) -> dict[str, Path]:
     """results.md (the table), results.json (header + summaries), predictions.json (rows), and with
     `record` (a `pipeline.lm.record.CallRecord`) the LM calls, named in results.json; atomically."""
-    from pipeline.files import atomic_write_bytes, atomic_write_json
-    from pipeline.lm.record import RECORD_FILE
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)

@@ -15,6 +15,7 @@ cover (with `keep_builtin`, they follow them); the other predictors keep theirs.
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,11 +23,17 @@ from typing import Callable, Sequence
 
 import dspy
 
-from experiments.data import Question
+from experiments.data import Question, load_questions
 from experiments.metrics import f1_score
+from experiments.runs.tracking import active_run_id, tracked_run
 from modules.errors import HyperProveError
 from modules.lm.references import fill_references, references
 from pipeline.config import CompileConfig
+from pipeline.files import atomic_write_json, check_own_file, recover, sha256_file
+from pipeline.index.corpus import load_corpus
+from pipeline.lm.session import make_lm
+from pipeline.provenance import git_state
+from pipeline.runtime import Runtime
 
 Grade = Callable[[dspy.Example, dspy.Prediction], tuple[float, str]]
 
@@ -194,9 +201,6 @@ def split_examples(settings: CompileConfig, examples: list[dspy.Example]) -> tup
 def save_program(program: dspy.Module, path: str | Path) -> None:
     """The program's state as JSON (what `--program` loads), written atomically: DSPy writes it
     into a scratch folder named like every other scratch (see `pipeline.files.recover`)."""
-    import shutil
-
-    from pipeline.files import recover
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -247,16 +251,9 @@ def compile_program(program: dspy.Module, settings: CompileConfig, questions: Se
 def run_compile(config, runtime=None, log: Callable[[str], None] = print) -> dict:
     """`hyperprove compile` as one function: compile the configured target, write the program and
     its record (`<out>.record.json`, how it was made), and log one MLflow run."""
-    from experiments.data import load_questions
     from experiments.harness import timestamp
-    from experiments.runs.tracking import active_run_id, tracked_run
-    from pipeline.files import atomic_write_json, check_own_file, sha256_file
-    from pipeline.index.corpus import load_corpus
     from pipeline.index.store import cached_index
-    from pipeline.lm.session import make_lm
     from pipeline.program import program_for
-    from pipeline.provenance import git_state
-    from pipeline.runtime import Runtime
 
     source = git_state()
     settings = config.compile

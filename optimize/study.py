@@ -37,11 +37,12 @@ from typing import Callable, Sequence
 
 import optuna
 from optuna.trial import TrialState
+from optuna.visualization import matplotlib as plots
 
 from modules.config import tunable_type
 from modules.errors import HyperProveError, first_line
 from pipeline.config import SweepConfig
-from pipeline.files import process_alive
+from pipeline.files import atomic_write_bytes, process_alive
 from pipeline.traces import make_sqlite_folder
 
 HEARTBEAT_SECONDS = 30  # a running trial writes a heartbeat this often ...
@@ -339,9 +340,6 @@ def save_plots(study, directory: Path) -> list[Path]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from optuna.visualization import matplotlib as plots
-
-    from pipeline.files import atomic_write_bytes
 
     directory.mkdir(parents=True, exist_ok=True)
     written = []

@@ -18,8 +18,15 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
+from experiments.data import load_questions
+from experiments.runs.tracking import active_run_id, metric_name, tracked_run, worker_tags
+from experiments.stats import describe_difference, paired_difference
 from modules.errors import HyperProveError
 from pipeline.config import HyperProveConfig, SweepConfig
+from pipeline.files import atomic_directory, atomic_write_json, check_own_file, check_replaceable, sha256_file
+from pipeline.index.corpus import load_corpus
+from pipeline.provenance import git_state
+from pipeline.runtime import Runtime
 
 SUMMARY_FILES = ("sweep.json", "history.png", "importances.png", "parallel_coordinates.png")
 
@@ -32,7 +39,6 @@ def is_best_config(data) -> bool:
 def compare(sweep: SweepConfig, score_chunk: Callable[[dict, Sequence], list[dict]], start: dict, best: dict, questions: Sequence) -> dict:
     """The configured and the best parameters on one question set: each one's objective and
     tie-break (percent, as a trial computes them) and their paired difference on the objective."""
-    from experiments.stats import paired_difference
     from optimize.study import trial_scores
 
     rows = {kind: score_chunk(params, questions) for kind, params in (("start", start), ("best", best))}
@@ -44,7 +50,6 @@ def compare(sweep: SweepConfig, score_chunk: Callable[[dict, Sequence], list[dic
 
 def study_setting(config: HyperProveConfig) -> dict:
     """What a study optimises besides its parameters: a rerun with anything else here is refused."""
-    from pipeline.files import sha256_file
 
     run, sweep = config.evaluation, config.sweep
     setting = {
@@ -63,17 +68,11 @@ def study_setting(config: HyperProveConfig) -> dict:
 def run_sweep(config: HyperProveConfig, runtime=None, log: Callable[[str], None] = print) -> dict:
     """Continue (or start) the configured study until it holds `sweep.trials` finished trials;
     write the best parameters as an experiment config and the summary with its comparisons."""
-    from experiments.data import load_questions
     from experiments.gold import evaluate_ranker, hyperprove_chain
     from experiments.harness import timestamp
-    from experiments.runs.tracking import active_run_id, metric_name, tracked_run, worker_tags
     from optimize import study as studies
-    from pipeline.files import atomic_directory, atomic_write_json, check_own_file, check_replaceable
-    from pipeline.index.corpus import load_corpus
     from pipeline.index.store import cached_index
     from pipeline.program import program_for
-    from pipeline.provenance import git_state
-    from pipeline.runtime import Runtime
 
     source = git_state()  # the code that runs: taken now, not when the sweep ends
     run, sweep = config.evaluation, config.sweep
@@ -128,8 +127,6 @@ def run_sweep(config: HyperProveConfig, runtime=None, log: Callable[[str], None]
 
     def shown(scores: dict | None) -> str:
         return ", ".join(f"{key} {value:.2f}" for key, value in (scores or {}).items()) or "not scored"
-
-    from experiments.stats import describe_difference
 
     tags = {"hyperprove.kind": "sweep", "optuna.study": sweep.study, "optuna.storage": sweep.storage, **source}
     start = studies.starting_point(sweep, config.to_dict()["retriever"])

@@ -20,6 +20,7 @@ from pydantic import Field, field_validator
 from modules.config import TUNABLES, RetrieverConfig, config_section
 from modules.errors import HyperProveError
 from pipeline.files import read_json
+from pipeline.sharing import check_shared
 
 DEFAULT_EMBEDDER = "all-MiniLM-L6-v2"
 LOCAL_MODEL_NAME = "qwen2.5-coder-1.5b-instruct-q4_k_m"  # the embedded model (pipeline/lm/session.py serves it)
@@ -402,7 +403,6 @@ class HyperProveConfig:
     def from_file(cls, path: str | Path, trusted: bool = False) -> "HyperProveConfig":
         """A config file, read as someone else's unless `trusted`: it may not choose where requests
         go or write outside the working folder (`pipeline.sharing`)."""
-        from pipeline.sharing import check_shared
 
         values = read_json(path, "config")
         if not isinstance(values, dict):

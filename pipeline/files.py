@@ -8,6 +8,7 @@ between its two renames (`.NAME.old-PID` and no NAME) is put back.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import itertools
 import json
@@ -15,6 +16,7 @@ import os
 import re
 import shutil
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterable, Iterator, Sequence
@@ -180,7 +182,6 @@ def sha256_file(path: str | Path, block: int = 1 << 22) -> str:
 def sha256_files(paths: Sequence[str | Path]) -> list[str]:
     """sha256_file of each path, two files at a time: hashing releases the GIL, and a 1M-fact
     index is 3.5 GB to hash on every save and load."""
-    from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         return list(pool.map(sha256_file, paths))
@@ -262,7 +263,6 @@ def writer_lock(target: str | Path, log: Callable[[str], None] | None = None) ->
     block, waiting for any other holder (another process or thread), with one line saying so.
     Held again by the same thread (a save inside an update), it does not wait for itself. The
     kernel frees the lock of a killed process, so a kill never leaves it held."""
-    import fcntl
 
     path = lock_path(target)
     held = _HELD.__dict__.setdefault("counts", {})

@@ -10,6 +10,8 @@ import os
 from contextlib import contextmanager
 from functools import cached_property
 
+from pipeline.traces import QuestionTraces
+
 # Third-party settings every process of ours runs with (the command line's, and a Ray worker's):
 # no reaching for the network at import or first use, and no progress bars of MLflow's own between ours.
 LIBRARY_DEFAULTS = {
@@ -65,7 +67,6 @@ class Runtime:
         tracking = self.config.tracking
         if not (tracking.enabled and tracking.traces):
             return None
-        from pipeline.traces import QuestionTraces
 
         return QuestionTraces(tracking, self.session.profile)
 

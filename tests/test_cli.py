@@ -268,13 +268,13 @@ def test_evaluate_with_the_lm_runs_the_program_first_and_reads_every_system(file
 
 
 def test_an_interrupted_lm_evaluation_resumes_system_by_system(files, capsys, scripted_cli, tmp_path, monkeypatch):
-    import experiments.qa
+    import experiments.harness
 
     scripted_cli.answers = two_hop_script(final_answer="2017")
     args = ["evaluate", "--questions", files / "questions.json", "--corpus", files / "corpus.json",
             "--retriever", "hyperprove,dense-iterative,dense", "--decomposition", "lm",
             "--embedder", "test-hash", "--cache-dir", tmp_path / "cache", "--out", tmp_path / "results", "--no-track", "--json", "--bridge-rewrite", "lm", "--lm-adapter", "chat"]
-    evaluate_program, evaluated = experiments.qa.evaluate_program, []
+    evaluate_program, evaluated = experiments.harness.evaluate_program, []
 
     def interrupted_at_dense(questions, program, **kw):
         if len(evaluated) == 2:
@@ -282,7 +282,7 @@ def test_an_interrupted_lm_evaluation_resumes_system_by_system(files, capsys, sc
         evaluated.append(program)
         return evaluate_program(questions, program, **kw)
 
-    monkeypatch.setattr(experiments.qa, "evaluate_program", interrupted_at_dense)
+    monkeypatch.setattr(experiments.harness, "evaluate_program", interrupted_at_dense)
     code, _, err = run_scripted(capsys, scripted_cli, *args)
     assert code == 130 and "interrupted" in err
     assert not (tmp_path / "results").exists()
@@ -300,7 +300,7 @@ def test_an_interrupted_lm_evaluation_resumes_system_by_system(files, capsys, sc
                                    "lm": {k: v for k, v in partial["config"]["lm"].items() if k != "adapter"}}}
     (tmp_path / "results.partial" / "results.json").write_text(json.dumps(older))
     evaluated.clear()
-    monkeypatch.setattr(experiments.qa, "evaluate_program", lambda *a, **kw: evaluated.append(a[1]) or evaluate_program(*a, **kw))
+    monkeypatch.setattr(experiments.harness, "evaluate_program", lambda *a, **kw: evaluated.append(a[1]) or evaluate_program(*a, **kw))
     code, out, err = run_scripted(capsys, scripted_cli, *args)
     assert code == 0 and "resuming: hyperprove, dense-iterative finished earlier" in out
     assert len(evaluated) == 1 and scripted_cli.last.calls() == 1  # only dense ran: one reader call

@@ -224,12 +224,12 @@ def test_compile_writes_its_lm_calls_beside_the_program(files, capsys, scripted)
 
 
 def test_an_interrupted_run_keeps_the_calls_of_its_finished_systems(files, capsys, scripted, monkeypatch):
-    import experiments.qa
+    import experiments.harness
 
     code, _, _ = evaluate(capsys, files, scripted, files / "whole")
     assert code == 0
     shutil.rmtree(files / "cache")
-    evaluate_program, started = experiments.qa.evaluate_program, []
+    evaluate_program, started = experiments.harness.evaluate_program, []
 
     def interrupted_at_dense(questions, program, **kw):
         started.append(kw["system"])
@@ -237,7 +237,7 @@ def test_an_interrupted_run_keeps_the_calls_of_its_finished_systems(files, capsy
             raise KeyboardInterrupt
         return evaluate_program(questions, program, **kw)
 
-    monkeypatch.setattr(experiments.qa, "evaluate_program", interrupted_at_dense)
+    monkeypatch.setattr(experiments.harness, "evaluate_program", interrupted_at_dense)
     code, _, _ = evaluate(capsys, files, scripted, files / "resumed")
     assert code == 130 and rows(files / "resumed.partial" / "lm_calls.jsonl.gz")[0]["calls"] == 5
     shutil.rmtree(files / "cache")  # hyperprove's calls now live only in the partial record

@@ -38,8 +38,19 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 
+from dataclasses import asdict
+
+from experiments.bench.synthetic import unit_vectors
+from experiments.data import load_questions
+from experiments.gold import hyperprove_chain
 from modules.facts import Fact, Passage
-from pipeline.index.build import normalise_entity
+from modules.retrieval.retriever import RetrieverConfig
+from pipeline.config import IndexConfig
+from pipeline.index.build import assemble_index, build_index, normalise_entity
+from pipeline.index.changes import grow_index, shrink_index
+from pipeline.index.corpus import load_corpus
+from pipeline.index.embedder import Embedder
+from pipeline.index.store import load_index, save_index
 
 
 # --- comparing two indexes ---------------------------------------------------------------------------
@@ -73,8 +84,6 @@ def differences(ours, theirs) -> dict:
 
 def rankings(index, questions, embedder, passage_of) -> list[list]:
     """`hyperprove` on each question's gold sub-questions: ranked passages as (title, text)."""
-    from experiments.gold import hyperprove_chain
-    from modules.retrieval.retriever import RetrieverConfig
 
     retriever = index.retriever(RetrieverConfig(), embedder.encode_query)
     return [[passage_of(index, k) for k in hyperprove_chain(q, retriever)[0]] for q in questions]
@@ -96,7 +105,6 @@ def with_vectors_of(scratch, changed, config):
     """`scratch` built again from its own facts and entities with `changed`'s vectors: the
     embedder gives a text a vector that differs in the 7th decimal with the batch it came in,
     and this separates that from what the change did."""
-    from pipeline.index.build import assemble_index
 
     position = {key: k for k, key in enumerate(changed.entity_keys)}
     vectors = {"fact": changed.fact_vectors, "passage": changed.passage_vectors,
@@ -118,13 +126,6 @@ def compare(label: str, ours, theirs, questions, embedder, original, corpus, con
 
 
 def musique(args) -> dict:
-    from experiments.data import load_questions
-    from pipeline.config import IndexConfig
-    from pipeline.index.build import build_index
-    from pipeline.index.changes import grow_index, shrink_index
-    from pipeline.index.corpus import load_corpus
-    from pipeline.index.embedder import Embedder
-
     data = Path(args.data)
     corpus = load_corpus(data / "musique" / "corpus.json")
     questions = [q for split in ("train", "dev") for q in load_questions(data / "musique" / f"{split}.json")]
@@ -186,8 +187,6 @@ class RandomVectors:
         self.rng = np.random.default_rng(seed)
 
     def encode(self, texts, progress=None) -> np.ndarray:
-        from experiments.bench.synthetic import unit_vectors
-
         return unit_vectors(self.rng, len(texts))
 
 
@@ -203,7 +202,6 @@ def timed(step: Callable[[], object]) -> tuple[object, float]:
 
 def search_ms(index, n_queries: int = 600, k: int = 10) -> float:
     """Median milliseconds of one fact search (a hop's seeding) on `index`, random unit queries."""
-    from experiments.bench.synthetic import unit_vectors
 
     queries = unit_vectors(np.random.default_rng(7), n_queries)
     times = []
@@ -217,13 +215,8 @@ def search_ms(index, n_queries: int = 600, k: int = 10) -> float:
 def synthetic_phase(phase: str, folder: Path, n_facts: int, n_change: int) -> dict:
     """One process per phase, as the command line runs them: build (then save), or load, add or
     delete, save. The process's peak memory is the phase's."""
-    from dataclasses import asdict
 
     from experiments.bench.synthetic import synthetic_corpus, unit_vectors
-    from pipeline.config import IndexConfig
-    from pipeline.index.build import assemble_index
-    from pipeline.index.changes import grow_index, shrink_index
-    from pipeline.index.store import load_index, save_index
 
     config = IndexConfig()
     rng = np.random.default_rng({"build": 2, "add": 3, "delete": 4}[phase])

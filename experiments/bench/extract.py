@@ -26,6 +26,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 from modules.errors import HyperProveError
 from pipeline.config import ADAPTERS, EXTRACTORS, HyperProveConfig
+from pipeline.index.corpus import load_corpus
+from pipeline.index.extract import LM_EXTRACTORS, make_extractor
+from pipeline.runtime import Runtime
 
 MUSIQUE = ROOT.parent / "shared" / "data" / "musique" / "corpus.json"
 
@@ -33,10 +36,7 @@ MUSIQUE = ROOT.parent / "shared" / "data" / "musique" / "corpus.json"
 def measure_extraction(corpus: str, first: int, extractor: str, lm: dict, model=None) -> dict:
     """Extract the first `first` passages of `corpus` with nothing cached; the figures of one run.
     `model` is an LM object to use instead of the configured one (a test's scripted LM)."""
-    from pipeline.index.corpus import load_corpus
-    from pipeline.index.extract import LM_EXTRACTORS, make_extractor
     from pipeline.lm.profile import profile_delta
-    from pipeline.runtime import Runtime
 
     if extractor not in LM_EXTRACTORS:
         raise HyperProveError(f"--extractor {extractor!r}: only the LM extractors ({', '.join(LM_EXTRACTORS)}) call an LM")

@@ -32,6 +32,7 @@ gold sub-questions, no LM.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import random
@@ -43,6 +44,8 @@ import sys
 import time
 from pathlib import Path
 
+from pipeline.index.corpus import load_corpus
+
 ROOT = Path(__file__).resolve().parents[2]
 
 SCRATCH = re.compile(r"^\.[^/]+\.(tmp|old)-\d+$")
@@ -51,7 +54,6 @@ TIMING = ("seconds_per_question", "retrieval_ms_per_question")
 
 def snapshot(directory: Path) -> dict[str, str]:
     """Relative path -> sha256 of every file under `directory` ({} when it does not exist)."""
-    import hashlib
 
     if not directory.exists():
         return {}
@@ -141,7 +143,6 @@ class Jobs:
     def together(self, number: int, rng: random.Random) -> tuple[list[str], int]:
         """Two writers into one index at once (see the module docstring); the problems found, and
         how many writers waited for the other."""
-        from pipeline.index.corpus import load_corpus
         from pipeline.index.store import load_index
 
         target = self.work / "together"

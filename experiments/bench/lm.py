@@ -25,6 +25,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from pipeline.index.corpus import load_corpus
+
 ROOT = Path(__file__).resolve().parents[2]
 
 PREDICTIONS = ROOT / "experiments" / "results" / "musique-lm60" / "predictions.json"
@@ -72,7 +74,6 @@ SETTINGS = {  # name -> a change to llama.cpp's parameters before the server sta
 def question_calls(questions: int) -> list[list[tuple[str, str, dict]]]:
     """Per question, (step, signature name, inputs) of the calls the program and a peer make."""
     from modules.lm.predictors import EVIDENCE_PASSAGES, evidence_line
-    from pipeline.index.corpus import load_corpus
 
     runs = json.loads(PREDICTIONS.read_text())
     corpus = load_corpus(CORPUS)

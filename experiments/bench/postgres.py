@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -204,8 +205,6 @@ def _exists(url: str) -> bool:
 
 
 def wait_for_mlflow(uri: str) -> None:
-    import urllib.request
-
     for _ in range(600):
         try:
             urllib.request.urlopen(f"{uri}/health", timeout=2).close()

@@ -17,12 +17,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import socket
+import sqlite3
 import sys
 import time
 from pathlib import Path
 
 from fastapi import FastAPI, Request  # at module level: FastAPI reads the handlers' annotations from here
 from fastapi.responses import JSONResponse
+
+from modules.errors import HyperProveError
 
 MATCHED = ("messages", "temperature", "stop")  # with the token budget: what decides a reply
 
@@ -82,7 +86,6 @@ def is_lm_cache(path: Path) -> bool:
 def cached_calls(path: Path):
     """The calls an LM cache holds (`CACHE_DIR/lm-responses.sqlite3`), as a record: what an index
     build asked (its extraction calls are cached, not recorded)."""
-    import sqlite3
 
     from pipeline.lm.cache import STORE_FILE, response_from_data
     from pipeline.lm.record import Record
@@ -158,11 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=8001, help="port (0: any free one)")
     args = parser.parse_args(argv)
 
-    import socket
-
     import uvicorn
 
-    from modules.errors import HyperProveError
     from pipeline.lm.record import read_record
 
     try:

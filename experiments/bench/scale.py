@@ -31,6 +31,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from experiments.bench.synthetic import synthetic_corpus, unit_vectors
+from modules.facts import Passage
+from modules.retrieval.hypergraph import Hypergraph, expand_synonyms
 
 
 def ppr_matrix(incidence: sp.csr_matrix, passage_of: np.ndarray, n_passages: int) -> sp.csr_matrix:
@@ -47,7 +49,6 @@ def ppr_matrix(incidence: sp.csr_matrix, passage_of: np.ndarray, n_passages: int
 
 
 def run_size(n_facts: int, n_queries: int, ppr_queries: int) -> dict:
-    from modules.retrieval.hypergraph import Hypergraph, expand_synonyms
     from modules.retrieval.retriever import FactTable, HypergraphRetriever, RetrieverConfig
     from modules.retrieval.vectors import VectorIndex
     from pipeline.config import IndexConfig
@@ -119,8 +120,6 @@ class _PassageNames:
     """Stand-in passages ("p<id>") without a list of a million."""
 
     def __getitem__(self, k: int):
-        from modules.facts import Passage
-
         return Passage(f"p{k}", f"p{k}")
 
 

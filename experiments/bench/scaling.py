@@ -30,6 +30,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from experiments.bench.postgres import free_port
+from pipeline.index.corpus import load_corpus
+
 ROOT = Path(__file__).resolve().parents[2]
 TIMING = re.compile(r"hyperprove: (\d+) questions in ([\d.]+) s on (\d+) Ray workers .* ready after ([\d.]+) s")
 
@@ -56,7 +59,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--extractor", default="lm-entities")
     args = parser.parse_args(argv)
 
-    from experiments.bench.postgres import free_port
     from pipeline.config import HyperProveConfig
 
     run = ROOT / args.run
@@ -146,7 +148,6 @@ def passages_table(args, port: int) -> None:
 def _index_folder(config: dict, cache_dir: str) -> str | None:
     """The run's index in the cache dir (built by an earlier evaluate of the same corpus), if there."""
     from pipeline.config import HyperProveConfig
-    from pipeline.index.corpus import load_corpus
     from pipeline.index.store import index_key
 
     values = HyperProveConfig.from_dict(config)

@@ -24,6 +24,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from experiments.data import load_questions
+from experiments.metrics import mean_percent, recall_at_k
+from experiments.stats import describe_difference, paired_difference
+from pipeline.index.corpus import load_corpus
+from pipeline.index.documents import Reading, markdown_line, read_folder
+from pipeline.runtime import Runtime
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -48,7 +55,6 @@ def write_plain(passages, folder: Path, per_file: int) -> None:
 def originals_of(split_passages, passages, layout: str) -> list[list[int]]:
     """Per split passage, the original passages it holds whole, or the one it is a piece of (an
     original as the reader gives it back: Markdown's marks, such as MuSiQue's `` quotes, go)."""
-    from pipeline.index.documents import markdown_line
 
     read = markdown_line if layout == "articles" else str
     position: dict[str, list[int]] = {}
@@ -78,15 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache-dir", default=".hyperprove/cache")
     args = parser.parse_args(argv)
 
-    from experiments.data import load_questions
     from experiments.gold import hyperprove_chain
-    from experiments.metrics import mean_percent, recall_at_k
-    from experiments.stats import describe_difference, paired_difference
     from pipeline.config import HyperProveConfig
-    from pipeline.index.corpus import load_corpus
-    from pipeline.index.documents import Reading, read_folder
     from pipeline.index.store import cached_index
-    from pipeline.runtime import Runtime
 
     data = ROOT.parent / "shared" / "data" / args.dataset
     passages = load_corpus(data / "corpus.json")

@@ -17,6 +17,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from modules.facts import Passage
+from pipeline.runtime import no_trace
+from pipeline.traces import QuestionTraces
+
 ROOT = Path(__file__).resolve().parents[2]
 
 QUESTION = "When did the mother of the director of Jaws die?"
@@ -42,13 +46,10 @@ def main(argv: list[str] | None = None) -> int:
     from dspy.utils import DummyLM
 
     from modules.config import RetrieverConfig
-    from modules.facts import Passage
     from pipeline.config import IndexConfig, ProgramConfig, TrackingConfig
     from pipeline.index.build import build_index
     from pipeline.index.embedder import Embedder
     from pipeline.program import HyperProve
-    from pipeline.runtime import no_trace
-    from pipeline.traces import QuestionTraces
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--questions", type=int, default=30)

@@ -15,6 +15,9 @@ from typing import Callable, Sequence
 
 from experiments.data import Question
 from modules.errors import HyperProveError
+from pipeline.index.corpus import load_corpus
+from pipeline.lm.cluster import WorkerPool, batches
+from pipeline.runtime import apply_library_defaults
 
 BATCH = 4  # questions per task: enough to amortise a task's overhead, few enough to spread a small set
 
@@ -27,9 +30,7 @@ class QuestionWorker:
         """`config` as a dict, at this worker's LM endpoint, its paths absolute."""
         from experiments.harness import make_setup
         from pipeline.config import HyperProveConfig
-        from pipeline.index.corpus import load_corpus
         from pipeline.index.store import load_index
-        from pipeline.runtime import apply_library_defaults
 
         apply_library_defaults()
         self.config = HyperProveConfig.from_dict(config)
@@ -65,8 +66,6 @@ class RayAnswerer:
     the driver's `record`."""
 
     def __init__(self, config, index_directory: Path | None, make_runtime: Callable, record=None, log: Callable[[str], None] = print):
-        from pipeline.lm.cluster import WorkerPool
-
         index = str(Path(index_directory).resolve()) if index_directory else None
         self.workers = WorkerPool(config, QuestionWorker, index, make_runtime)
         self.record, self.log = record, log
@@ -80,7 +79,6 @@ class RayAnswerer:
         from tqdm import tqdm
 
         from experiments.qa import summarize
-        from pipeline.lm.cluster import batches
 
         if not questions:
             raise HyperProveError("no questions to evaluate")

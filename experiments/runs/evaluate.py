@@ -14,8 +14,14 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from experiments.data import load_questions
+from experiments.runs.failures import write_pages
 from modules.errors import HyperProveError
 from pipeline.config import HyperProveConfig
+from pipeline.files import atomic_directory, check_replaceable, read_json, sha256_file
+from pipeline.index.corpus import load_corpus
+from pipeline.provenance import git_state
+from pipeline.runtime import Runtime
 
 RESULT_FILES = ("results.md", "results.json", "predictions.json", "index_manifest.json", "program.json", "pages", "lm_calls.jsonl.gz")
 Track = Callable[[dict, dict, dict], "str | None"]  # (result files, summaries, tags) -> the id of the run that logged them
@@ -37,7 +43,6 @@ def run_name(config: HyperProveConfig) -> str:
 
 def check_results_folder(out: Path) -> None:
     """A results folder may replace an earlier one (it holds results.json and our files only)."""
-    from pipeline.files import check_replaceable
 
     earlier = out.is_dir() and (out / "results.json").is_file()
     check_replaceable(out, RESULT_FILES if earlier else None, "evaluation results")
@@ -51,15 +56,10 @@ def run_evaluation(config: HyperProveConfig, runtime=None, tags: dict | None = N
     logs them to MLflow). With `cluster.ray`, the LM systems' questions are answered by Ray
     workers, each with `make_runtime(config)` (default `Runtime`) at its LM endpoint, and no LM is
     started here. Returns {"retrievers": {system: summary}, "out": folder, "mlflow_run": id or None}."""
-    from experiments.data import load_questions
     from experiments.harness import PASSAGE_LEVEL, evaluate_systems, make_setup, parse_systems, write_results
-    from pipeline.files import atomic_directory
-    from pipeline.index.corpus import load_corpus
     from pipeline.index.store import cached_index, load_index, read_manifest
     from pipeline.lm.record import CallRecord, read_record
     from pipeline.program import program_for
-    from pipeline.provenance import git_state
-    from pipeline.runtime import Runtime
 
     run = config.evaluation
     if not run.questions or not run.corpus:
@@ -169,7 +169,6 @@ def load_finished(partial: Path, header: dict, names: list[str]) -> tuple[dict, 
     """The finished systems of an interrupted run of this same evaluation, and that run's header
     (both empty when there is none)."""
     from experiments.harness import SystemResult
-    from pipeline.files import read_json
 
     if not (partial / "results.json").is_file():
         return {}, {}
@@ -184,7 +183,6 @@ def load_finished(partial: Path, header: dict, names: list[str]) -> tuple[dict, 
 
 def results_header(config: HyperProveConfig, n_questions: int, lm_id: str | None, tags: dict) -> dict:
     """What a results folder says about its run: data (with checksums), settings, LM, code version."""
-    from pipeline.files import sha256_file
 
     run = config.evaluation
     compiled = config.program.compiled
@@ -207,7 +205,6 @@ def record_evaluation(config: HyperProveConfig, results: dict, out: Path, header
     the run's LM calls are `lm_calls.jsonl.gz`, their sha256 in results.json, and the returned
     `lm_calls` says how many there were and how many a replayed record answered."""
     from experiments.harness import results_table, write_results
-    from experiments.runs.failures import write_pages
     from pipeline.files import atomic_directory, atomic_write_bytes, atomic_write_json, read_json
 
     compiled = config.program.compiled

@@ -24,7 +24,7 @@ from experiments.data import Question
 from experiments.metrics import f1_score
 from modules.lm.checks import lower_words, named_words
 from modules.lm.references import references
-from pipeline.serve.pages import reached_passages
+from pipeline.serve.pages import page_name, reached_passages
 
 STAGES = ("decomposition", "retrieval", "bridge", "final reader")
 BRIDGE_F1 = 0.5  # a hop answer this close to a gold intermediate answer carries the bridge
@@ -84,7 +84,6 @@ def failure_summary(rows: Sequence[dict], questions: Sequence[Question]) -> dict
 
 def page_link(folder: str = "pages") -> Callable[[str, str], str | None]:
     """Where a question's page of a system lies, relative to the file that links to it."""
-    from pipeline.serve.pages import page_name
 
     return lambda system, question_id: f"{folder}/{system}/{page_name(question_id)}"
 

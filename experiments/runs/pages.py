@@ -11,17 +11,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from experiments.data import load_questions
+from experiments.runs.failures import write_pages
 from experiments.runs.reproduce import read_recorded
 from modules.errors import HyperProveError
+from pipeline.files import atomic_directory, sha256_file
+from pipeline.index.corpus import load_corpus
 
 
 def run_pages(folder: str | Path, out: str | Path | None = None, log=print) -> dict:
     """Write the evidence-chain pages of the run in `folder` to `out` (default `folder/pages`);
     returns the folder written and the number of question pages."""
-    from experiments.data import load_questions
-    from experiments.runs.failures import write_pages
-    from pipeline.files import atomic_directory, sha256_file
-    from pipeline.index.corpus import load_corpus
 
     folder = Path(folder)
     if not folder.is_dir():

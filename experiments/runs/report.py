@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 from experiments.harness import SYSTEMS, TYPE_SCORES, per_type_tables, results_table, type_table, with_cached_calls
 from experiments.metrics import per_type, question_type
-from experiments.runs.failures import failure_summary, failure_table, page_link
+from experiments.runs.failures import failure_counts, failure_summary, failure_table, page_link
 from experiments.runs.results import (
     SWEEP_FIELDS,
     load_runs,
@@ -370,7 +370,6 @@ def render_powered(run: dict, then: dict | None = None) -> list[str]:
     peer (paired bootstrap 95% interval) and as a multiple of the best peer's, F1 by question type,
     and where each system's wrong answers failed (the first stage that failed). With `then`, an
     earlier run on the same questions, also HyperProve's change since it, with its LM calls."""
-    from experiments.runs.failures import failure_counts
 
     summaries = with_cached_calls(typed_summaries(run))
     cached = any("cached_calls_per_question" in s for s in summaries)

@@ -24,9 +24,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from experiments.runs.evaluate import run_evaluation
+from experiments.runs.tracking import evaluation_tracker
 from modules.errors import HyperProveError
 from pipeline.config import HyperProveConfig, TrackingConfig
+from pipeline.files import sha256_file
+from pipeline.provenance import git_state
 from pipeline.sharing import why_refused
+from pipeline.traces import connect
 
 TIMING = ("seconds_per_question", "retrieval_ms_per_question")  # wall-clock: reported, never compared
 # what the LM work cost: a rerun answered from the cache spends no tokens, so reported, never compared
@@ -37,7 +42,6 @@ def recorded_evaluation(tracking: TrackingConfig, run_id: str, scratch: Path) ->
     """The results.json, index_manifest.json and compiled program (bytes) an evaluate run logged,
     and its recorded LM calls downloaded into `scratch` (None where the run logged none)."""
     from pipeline.lm.record import RECORD_FILE
-    from pipeline.traces import connect
 
     connect(tracking)
     scratch.mkdir(parents=True, exist_ok=True)
@@ -164,7 +168,6 @@ def rerun_config(recorded: dict, label: str, tracking: TrackingConfig, out: str,
 
 def check_data(results: dict, config: HyperProveConfig, label: str) -> None:
     """The questions and corpus files are here and are the ones the run was evaluated on."""
-    from pipeline.files import sha256_file
 
     for kind in ("questions", "corpus"):
         path = getattr(config.evaluation, kind)
@@ -181,9 +184,6 @@ def reproduce(source: str, tracking: TrackingConfig, out: str | None = None, cac
     run, its folder and the deltas. `make_runtime(config)` gives the LM and embedder of the rerun
     (default: the configured ones)."""
     from experiments.harness import timestamp
-    from experiments.runs.evaluate import run_evaluation
-    from experiments.runs.tracking import evaluation_tracker
-    from pipeline.provenance import git_state
 
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as scratch:

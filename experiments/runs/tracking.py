@@ -19,6 +19,7 @@ import platform
 import signal
 import socket
 import subprocess
+import sys
 from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
@@ -150,7 +151,6 @@ def ui_command(tracking, host: str = "127.0.0.1", port: int = 5000, allow_remote
     `./mlartifacts` of the current folder; the UI reads the runs' artifacts from their own
     location under the tracking config's folder). The server has no authentication: bound to
     another interface, anyone who reaches it reads and writes every run."""
-    import sys
 
     check_host(host, allow_remote, "the tracking store")
     make_sqlite_folder(tracking.uri)

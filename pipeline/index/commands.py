@@ -6,6 +6,7 @@ place, so two commands on one index change it one after the other.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -19,8 +20,11 @@ from pipeline.files import (
 )
 from pipeline.index.build import HypergraphIndex, build_index
 from pipeline.index.changes import grow_index, shrink_index
+from pipeline.index.corpus import check_text, load_corpus, read_json_list
 from pipeline.index.documents import FolderCorpus, Reading, file_of, read_folder, shown
+from pipeline.index.extract import LM_EXTRACTORS, describe_extraction, extractor_for
 from pipeline.index.store import check_index_target, load_index, save_index
+from pipeline.runtime import Runtime
 
 
 def index_corpus(corpus: str | Path, out: str | Path, config, runtime=None, log: Callable[[str], None] = print,
@@ -28,11 +32,6 @@ def index_corpus(corpus: str | Path, out: str | Path, config, runtime=None, log:
     """`hyperprove index`: build the index of a corpus file under a `HyperProveConfig` and save it
     to `out`, which is checked first (an earlier index may be replaced, nothing else). With
     `cluster.ray`, LM extraction runs on Ray workers, each with `make_runtime(config)`."""
-    import time
-
-    from pipeline.index.corpus import load_corpus
-    from pipeline.index.extract import describe_extraction, extractor_for
-    from pipeline.runtime import Runtime
 
     check_index_target(out)
     reading = Reading.of(config.index)
@@ -59,7 +58,6 @@ def index_corpus(corpus: str | Path, out: str | Path, config, runtime=None, log:
 
 def note_ray_unused(config, log: Callable[[str], None]) -> None:
     """`--ray` with an extractor that asks no LM: nothing to spread, and the user is told so."""
-    from pipeline.index.extract import LM_EXTRACTORS
 
     if config.cluster.ray is not None and config.index.extractor not in LM_EXTRACTORS:
         log(f"--ray: the {config.index.extractor} extractor asks no LM, so the index is built here")
@@ -72,11 +70,6 @@ def add_to_index(added_corpus: str | Path, directory: str | Path, config, runtim
     generation, written atomically over it (a kill leaves the previous generation, loadable and
     unchanged; running the command again finishes the job). Passages the index already holds
     (same title and text) are skipped, so a second run after a finished one changes nothing."""
-    import time
-
-    from pipeline.index.corpus import load_corpus
-    from pipeline.index.extract import describe_extraction, extractor_for
-    from pipeline.runtime import Runtime
 
     with writer_lock(directory, log):  # one writer at a time: a second waits, then adds to this one's generation
         index = load_index(directory, expect=config.index)
@@ -208,7 +201,6 @@ def joining(still: FolderCorpus | None, documents: dict, passages: Sequence[Pass
 def read_deletions(path: str | Path) -> list[int | str]:
     """A deletions file: a JSON list of passage ids (integers, as the index numbers them) and/or
     titles (strings: every passage of that title)."""
-    from pipeline.index.corpus import check_text, read_json_list
 
     path = Path(path)
     items = read_json_list(path, "deletions")
@@ -281,9 +273,6 @@ def delete_from_index(deletions: str | Path, directory: str | Path, config, runt
     ids, titles and document paths; or a document or folder of documents the index read) taken out of the index in `directory` as its next generation, written atomically over
     it (a kill leaves the previous generation; running the command again finishes the job, and
     after a finished run it finds nothing left to delete)."""
-    import time
-
-    from pipeline.runtime import Runtime
 
     with writer_lock(directory, log):  # one writer at a time: a second waits, then deletes from this one's generation
         index = load_index(directory, expect=config.index)

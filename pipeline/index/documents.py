@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import codecs
 import hashlib
+import importlib
+import io
 import json
 import os
 import re
@@ -23,6 +25,7 @@ from typing import Callable, Collection, Iterator
 
 from modules.errors import HyperProveError
 from modules.facts import Passage
+from pipeline.index.corpus import corpus_passage
 
 DOCS_HINT = 'pip install -e ".[docs]"'
 
@@ -404,7 +407,6 @@ def read_pdf(path: Path, data: bytes, max_pages: int = 2000, max_text_mb: float 
     break joined again. The title is the PDF's own when it has one. A PDF of more than
     `max_pages` pages, or whose pages hold more than `max_text_mb` MB of content to interpret
     (a few KB inflate to that), is `OverBudget` before its text is read."""
-    import io
 
     pypdf = _optional("pypdf", "PDF")
     reader = pypdf.PdfReader(io.BytesIO(data))
@@ -436,7 +438,6 @@ def read_pdf(path: Path, data: bytes, max_pages: int = 2000, max_text_mb: float 
 
 def read_corpus_file(path: Path, data: bytes) -> list[Passage]:
     """Today's corpus files: a JSON list of {"title", "text"}, or JSON lines of them."""
-    from pipeline.index.corpus import corpus_passage
 
     if path.suffix.lower() == ".jsonl":
         items = [json.loads(line) for line in decoded(data).splitlines() if line.strip()]
@@ -455,8 +456,6 @@ CORPUS_SUFFIXES = (".json", ".jsonl")
 
 
 def _optional(module: str, kind: str):
-    import importlib
-
     try:
         return importlib.import_module(module)
     except ImportError:

@@ -29,9 +29,11 @@ from typing import Callable, Iterator, Protocol, Sequence
 
 from modules.errors import HyperProveError
 from modules.facts import Fact, Passage
-from modules.lm.checks import find_entities, resolve_pronoun, split_sentences, subject_name
-from pipeline.config import EXTRACTORS
-from pipeline.files import atomic_write_json, clear_scratch
+from modules.lm.checks import find_entities, mentioned, resolve_pronoun, split_sentences, subject_name
+from pipeline.config import EXTRACTORS, HyperProveConfig
+from pipeline.files import atomic_write_json, clear_scratch, read_json
+from pipeline.lm.cluster import WorkerPool, batches, ray_module
+from pipeline.runtime import apply_library_defaults
 
 
 class Extractor(Protocol):
@@ -194,8 +196,6 @@ class LMEntityExtractor(LMExtractor):
 
     @staticmethod
     def rows(passage: Passage, output) -> list[dict]:
-        from modules.lm.checks import mentioned
-
         return [{"text": fact.text, "entities": mentioned(output.entities, fact.text)} for fact in SentenceExtractor().extract_passage(passage, 0)]
 
 
@@ -222,9 +222,6 @@ class PassageWorker:
     batches of passages with `lm.concurrency` of them in flight; it writes nothing."""
 
     def __init__(self, config: dict, make_runtime: Callable):
-        from pipeline.config import HyperProveConfig
-        from pipeline.runtime import apply_library_defaults
-
         apply_library_defaults()
         config = HyperProveConfig.from_dict(config)
         self.kind, self.threads = LM_EXTRACTORS[config.index.extractor], config.lm.concurrency
@@ -243,14 +240,10 @@ class RayPassages:
     batch = 8  # passages per task
 
     def __init__(self, config, make_runtime: Callable, log: Callable[[str], None] = print):
-        from pipeline.lm.cluster import ray_module
-
         ray_module()  # the extra is missing: say so before any work
         self.config, self.make_runtime, self.log = config, make_runtime, log
 
     def __call__(self, passages: Sequence[Passage]) -> Iterator[tuple[int, list[dict] | None, bool]]:
-        from pipeline.lm.cluster import WorkerPool, batches
-
         if not passages:
             return
         workers = WorkerPool(self.config, PassageWorker, self.make_runtime)
@@ -315,7 +308,6 @@ def write_extracted_facts(path: str | Path, passages: Sequence[Passage], cache_d
 
 def read_extracted_facts(path: str | Path) -> dict:
     """A file from `write_extracted_facts`, checked (one line naming the problem if it is not one)."""
-    from pipeline.files import read_json
 
     shipped = read_json(path, "extracted facts")
     if not isinstance(shipped, dict) or shipped.get("format") != FACTS_FORMAT:

@@ -40,6 +40,7 @@ from pipeline.files import (
     writer_lock,
 )
 from pipeline.index.build import VECTOR_SETS, HypergraphIndex, build_index, corpus_checksum, listed_incidence
+from pipeline.index.extract import EXTRACTOR_VERSIONS, describe_extraction, extractor_for
 
 FORMAT = "hyperprove-index"
 FORMAT_VERSION = 3  # 2: stable passage ids and surface names; 3: the manifest's own checksum and the next passage id
@@ -334,7 +335,6 @@ def index_key(passages: Sequence[Passage], config) -> str:
     """What a cached index is keyed on: the corpus, every setting that shapes the index, and the
     extractor's version (and, for the `lm` extractor, the LM), so a changed setting never
     reuses an index built with another."""
-    from pipeline.index.extract import EXTRACTOR_VERSIONS
 
     shaping = {**config.index.shaping(), "extractor_version": EXTRACTOR_VERSIONS[config.index.extractor], "format_version": FORMAT_VERSION}
     if config.index.extractor != "sentences":  # an LM extractor: its facts are that LM's
@@ -348,7 +348,6 @@ def cached_index(passages: list[Passage], config, runtime, log: Callable[[str], 
     """The index of this corpus under this config (a `HyperProveConfig`), built once and kept in
     the cache dir; returns it and its directory (None when extraction fallbacks kept it out of
     the cache, so that the next run tries those passages again)."""
-    from pipeline.index.extract import describe_extraction, extractor_for
 
     directory = Path(config.cache_dir) / "indexes" / index_key(passages, config)
     clear_scratch(directory.parent)  # what killed builds left, under this key or any other

@@ -17,10 +17,12 @@ node sees (the index, the cache dir).
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from modules.errors import HyperProveError
+from pipeline.runtime import LIBRARY_DEFAULTS
 
 RAY_HINT = 'Ray is an optional extra: pip install -e ".[ray]"'
 RESTARTS = 3  # times Ray restarts a worker that died, and asks its batch again
@@ -38,7 +40,6 @@ def connect(address: str) -> None:
     """Join the Ray cluster at `address` ("auto", "HOST:PORT", "ray://HOST:PORT"), or start one in
     this process ("local"). The workers run with our library settings (offline, no network at
     import), whatever environment the cluster was started in."""
-    from pipeline.runtime import LIBRARY_DEFAULTS
 
     ray = ray_module()
     if ray.is_initialized():
@@ -97,7 +98,6 @@ class WorkerPool:
 
     def wait_ready(self) -> float:
         """Block until every worker is built (imports, index, LM session); the seconds it took."""
-        import time
 
         ray = ray_module()
         started = time.perf_counter()

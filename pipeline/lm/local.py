@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Callable
 
 from modules.errors import HyperProveError
-from pipeline.config import LOCAL_MODEL_NAME, LMConfig
+from pipeline.config import LOCAL_MODEL_ID, LOCAL_MODEL_NAME, LMConfig
 from pipeline.files import atomic_write_json, read_json, recover
+from pipeline.serve.http import OwnPageOnly, Served, check_host, error, host_names, read_body, wait_until_stopped
 
 LOCAL_MODEL_FILE = f"{LOCAL_MODEL_NAME}.gguf"
 LOCAL_MODEL_PARTS = 22
@@ -133,8 +134,6 @@ def guard(upstream: str, hosts):
     from starlette.responses import StreamingResponse
     from starlette.routing import Route
 
-    from pipeline.serve.http import OwnPageOnly, error, read_body
-
     @asynccontextmanager
     async def lifespan(app):
         async with httpx.AsyncClient(base_url=upstream, timeout=None) as client:
@@ -171,8 +170,6 @@ def serve_local_model(config: LMConfig, host: str = "127.0.0.1", port: int = 808
     clients reach it with `--api-base` and no `--lm`, so their requests, cache keys and records are
     those of the in-process model. `config.threads` server slots answer requests side by side.
     llama.cpp listens on a loopback port of its own; the `guard` in front of it is what is bound."""
-    from pipeline.config import LOCAL_MODEL_ID
-    from pipeline.serve.http import Served, check_host, host_names, wait_until_stopped
 
     check_host(host, allow_remote, "the embedded model")
     if config.model is not None:

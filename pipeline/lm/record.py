@@ -23,7 +23,11 @@ import zlib
 from pathlib import Path
 from typing import Any, Iterable
 
+import dspy
+from dspy.clients.cache import Cache
+
 from modules.errors import HyperProveError, UnrecordedCall
+from pipeline.files import atomic_write_bytes, read_json
 from pipeline.lm.cache import JSONCache, reply_text, request_data, response_from_data
 from pipeline.lm.profile import module_of
 from pipeline.scope import current
@@ -36,7 +40,6 @@ MAX_RECORD_LINE = 64 << 20  # characters of one recorded call
 def current_asker() -> dict:
     """Who is asking now: the system and question of the scope (`pipeline.scope`), the LM module
     from DSPy's module stack (stored under `step`, the key records were written with)."""
-    import dspy
 
     scope = current()
     return {"system": scope.system, "question": scope.question, "step": module_of(dspy.settings.caller_modules)}
@@ -88,7 +91,6 @@ class CallRecord:
 
     def write(self, path: Path) -> dict:
         """Write the record to `path` (atomically); returns what results.json says of it."""
-        from pipeline.files import atomic_write_bytes
 
         data = self.to_bytes()
         atomic_write_bytes(Path(path), data)
@@ -111,7 +113,6 @@ class CallRecord:
 def record_file(source: str | Path) -> tuple[Path, str | None]:
     """The record a `--replay` names (a results folder or the file itself) and the sha256 the
     folder's results.json gives for it (None for a file named directly)."""
-    from pipeline.files import read_json
 
     path = Path(source)
     if not path.is_dir():
@@ -162,7 +163,6 @@ def read_record(source: str | Path) -> "Record":
     """A record, checked: its sha256 against results.json, its header, every row's shape, and that
     each row's request gives its key; read a line at a time, so that memory stays that of the
     calls whatever the file holds."""
-    from dspy.clients.cache import Cache
 
     path, expected = record_file(source)
     if not path.is_file():

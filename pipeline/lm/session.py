@@ -33,16 +33,16 @@ from dspy.utils.exceptions import (
 from modules.errors import HyperProveError
 from pipeline.config import LOCAL_MODEL_NAME, LMConfig
 from pipeline.lm.adapters import make_adapter
+from pipeline.lm.cache import JSONCache
 from pipeline.lm.local import LocalServer
 from pipeline.lm.profile import CacheLookups, LMProfile
+from pipeline.lm.record import CallRecord, ReplayCache, read_record
 
 
 def configure_lm_cache(cache_dir: str | Path, replay=None, live: bool = False) -> CacheLookups:
     """The LM cache under the project cache dir, as JSON rows (`pipeline.lm.cache`: no pickle is
     ever read), set as DSPy's cache; its lookups watched, so that a profile can tell the calls it
     answered. With `replay` (a `pipeline.lm.record.Record`) the record answers first."""
-    from pipeline.lm.cache import JSONCache
-    from pipeline.lm.record import ReplayCache
 
     cache = ReplayCache(Path(cache_dir), replay, live) if replay is not None else JSONCache(Path(cache_dir))
     with dspy._cache_lock:  # as dspy.configure_cache sets it
@@ -117,8 +117,6 @@ class LMSession:
     DSPy LM, since the program's predictors read it from there."""
 
     def __init__(self, config, lm=None, log: Callable[[str], None] = lambda line: print(line, file=sys.stderr)):
-        from pipeline.lm.record import CallRecord, read_record
-
         replay = read_record(config.lm.replay) if config.lm.replay else None
         self.profile = LMProfile(configure_lm_cache(config.cache_dir, replay, config.lm.live))
         if lm is None:

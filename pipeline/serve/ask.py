@@ -11,8 +11,14 @@ from typing import Callable
 import dspy
 
 from modules.errors import HyperProveError
+from pipeline.files import atomic_write_bytes
+from pipeline.index.corpus import text_problem
+from pipeline.index.store import load_index
+from pipeline.lm.profile import profile_table
 from pipeline.program import program_for
+from pipeline.runtime import Runtime
 from pipeline.scope import scoped
+from pipeline.serve.pages import chain_page
 
 
 def format_chain(prediction: dspy.Prediction) -> list[str]:
@@ -44,9 +50,6 @@ class Asker:
     `ask`, many (from several threads at once) for `serve`."""
 
     def __init__(self, config, index_directory: str | Path, runtime=None):
-        from pipeline.index.store import load_index
-        from pipeline.runtime import Runtime
-
         self.runtime = runtime or Runtime(config)
         self.program = program_for(None, config)  # a bad --program fails before the index and the LM load
         self.index = load_index(index_directory, expect_embedder=config.index.embedder)
@@ -88,10 +91,6 @@ def ask(config, index_directory: str, question: str, runtime=None, log=print, pr
     `profile` what each LM module cost (calls, tokens, tokens from the prompt cache, seconds), with
     `html` writes the chain as an evidence-chain page to that file, and with tracking on logs the
     question as one MLflow trace."""
-    from pipeline.files import atomic_write_bytes
-    from pipeline.index.corpus import text_problem
-    from pipeline.lm.profile import profile_table
-    from pipeline.serve.pages import chain_page
 
     if not question.strip():
         raise HyperProveError("the question is empty")

@@ -33,7 +33,8 @@ from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
 
 from modules.errors import HyperProveError
 from pipeline.index.corpus import text_problem
-from pipeline.serve.http import OwnPageOnly, error, read_body
+from pipeline.serve.http import OwnPageOnly, Served, check_host, error, host_names, read_body, wait_until_stopped
+from pipeline.serve.pages import chain_parts, chain_view, live_page
 
 MAX_QUESTION = 2000  # characters: a question, not a document
 MAX_BODY = 16_384  # bytes of a POST body: a question of MAX_QUESTION characters, escaped, fits
@@ -164,7 +165,6 @@ async def disconnected(request: Request) -> None:
 def make_app(asker, slots: int, title: str = "HyperProve", hosts: Collection[str] | None = ()):
     """The FastAPI app over an `Asker` (an index and a program, loaded once), answering requests
     whose `Host` is a loopback name or address or one of `hosts` (None: any host)."""
-    from pipeline.serve.pages import chain_parts, chain_view, live_page
 
     app = FastAPI(title=title, docs_url=None, redoc_url=None, openapi_url=None)
     app.add_middleware(OwnPageOnly, hosts=None if hosts is None else {name.lower() for name in hosts})
@@ -260,7 +260,6 @@ def serve(config, index_directory: str, host: str = "127.0.0.1", port: int = 800
     """`hyperprove serve`: load the index and the program once, then serve until Ctrl-C, SIGTERM or
     SIGHUP (or `stop`)."""
     from pipeline.serve.ask import Asker
-    from pipeline.serve.http import Served, check_host, host_names, wait_until_stopped
 
     check_host(host, allow_remote, "questions over this index")
     config = served_config(config)
