@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 from dataclasses import asdict
 
-from experiments.bench.synthetic import unit_vectors
+from experiments.bench.synthetic import synthetic_corpus, unit_vectors
 from experiments.data import load_questions
 from experiments.gold import hyperprove_chain
 from modules.facts import Fact, Passage
@@ -215,8 +215,6 @@ def search_ms(index, n_queries: int = 600, k: int = 10) -> float:
 def synthetic_phase(phase: str, folder: Path, n_facts: int, n_change: int) -> dict:
     """One process per phase, as the command line runs them: build (then save), or load, add or
     delete, save. The process's peak memory is the phase's."""
-
-    from experiments.bench.synthetic import synthetic_corpus, unit_vectors
 
     config = IndexConfig()
     rng = np.random.default_rng({"build": 2, "add": 3, "delete": 4}[phase])

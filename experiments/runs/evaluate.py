@@ -18,7 +18,14 @@ from experiments.data import load_questions
 from experiments.runs.failures import write_pages
 from modules.errors import HyperProveError
 from pipeline.config import HyperProveConfig
-from pipeline.files import atomic_directory, check_replaceable, read_json, sha256_file
+from pipeline.files import (
+    atomic_directory,
+    atomic_write_bytes,
+    atomic_write_json,
+    check_replaceable,
+    read_json,
+    sha256_file,
+)
 from pipeline.index.corpus import load_corpus
 from pipeline.provenance import git_state
 from pipeline.runtime import Runtime
@@ -205,7 +212,6 @@ def record_evaluation(config: HyperProveConfig, results: dict, out: Path, header
     the run's LM calls are `lm_calls.jsonl.gz`, their sha256 in results.json, and the returned
     `lm_calls` says how many there were and how many a replayed record answered."""
     from experiments.harness import results_table, write_results
-    from pipeline.files import atomic_directory, atomic_write_bytes, atomic_write_json, read_json
 
     compiled = config.program.compiled
     header = {**header, "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}

@@ -24,7 +24,7 @@ from experiments.data import Question
 from experiments.metrics import f1_score
 from modules.lm.checks import lower_words, named_words
 from modules.lm.references import references
-from pipeline.serve.pages import page_name, reached_passages
+from pipeline.serve.pages import chain_page, index_page, page_name, reached_passages
 
 STAGES = ("decomposition", "retrieval", "bridge", "final reader")
 BRIDGE_F1 = 0.5  # a hop answer this close to a gold intermediate answer carries the bridge
@@ -126,7 +126,6 @@ def write_pages(directory: Path, results: dict[str, list[dict]], questions: Sequ
     """An evidence-chain page per question and system that answered (`directory/<system>/<id>.html`),
     an index per system (wrong answers first, by the stage that failed, then by F1) and one of the
     systems (`directory/index.html`). Returns the number of question pages."""
-    from pipeline.serve.pages import chain_page, index_page, page_name
 
     by_id = {question.id: question for question in questions}
     systems, written = [], 0
