@@ -1,4 +1,4 @@
-"""Compiling the program's LM steps with a DSPy optimizer (`hyperprove compile`).
+"""Compiling the program's LM modules with a DSPy optimizer (`hyperprove compile`).
 
 A target names what is compiled and what it is graded against:
 - `decompose`: the Decomposer alone, supervised by the gold decompositions (MuSiQue's, 2Wiki's; step 4);

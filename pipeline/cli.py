@@ -267,7 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
     ask = commands.add_parser("ask", help="answer one question over an index and show the evidence chain")
     ask.add_argument("index", help="index directory (from `hyperprove index`)")
     ask.add_argument("question")
-    ask.add_argument("--profile", action="store_true", help="print what each LM step cost: calls, prompt tokens (and those the server's prompt cache served), generated tokens, seconds")
+    ask.add_argument("--profile", action="store_true", help="print what each LM module cost: calls, prompt tokens (and those the server's prompt cache served), generated tokens, seconds")
     ask.add_argument("--html", metavar="FILE", help="also write the evidence chain as a self-contained HTML page")
     _add_config_flags(ask)
     _add_program_flags(ask)
@@ -335,7 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_program_flags(sweep)
     sweep.set_defaults(run=calls("optimize.sweep:run_sweep"))
 
-    compile_ = commands.add_parser("compile", help="compile the LM steps with a DSPy optimizer on training questions; writes the program JSON")
+    compile_ = commands.add_parser("compile", help="compile the LM modules with a DSPy optimizer on training questions; writes the program JSON")
     config_flag(compile_, "--questions", "compile.questions",
                 "training questions JSON (MuSiQue's and 2Wiki's carry the gold decompositions decompose and rewrite need)")
     config_flag(compile_, "--corpus", "compile.corpus", "corpus JSON the questions refer to")

@@ -39,11 +39,12 @@ from pipeline.scope import current
 # What a small model gets wrong: unparseable output, the wrong shape, values that fail validation.
 LM_FAILURES = (AdapterParseError, MalformedOutput, ValueError)
 
+
 class HyperProve(dspy.Module):
     """Question -> answer and the evidence chain (per hop: sub-question, query, facts, answer)."""
 
     def __init__(self, retriever: HypergraphRetriever | None, config: ProgramConfig | None = None):
-        """`retriever=None` gives the LM steps alone: enough to compile, save and load them."""
+        """`retriever=None` gives the LM modules alone: enough to compile, save and load them."""
         super().__init__()
         self.config = config or ProgramConfig()
         self.decompose = Decomposer(comparisons=self.config.comparison_demos)
@@ -54,7 +55,7 @@ class HyperProve(dspy.Module):
 
     def forward(self, question: str) -> dspy.Prediction:
         if self.retriever is None:
-            raise HyperProveError("this HyperProve program has no retriever: it was built to compile or save its LM steps")
+            raise HyperProveError("this HyperProve program has no retriever: it was built to compile or save its LM modules")
         config, fallbacks = self.config, []
         planned = comparison_plan(question) if config.comparison_plans else None
         sub_questions = planned or self.sub_questions(question, fallbacks)

@@ -278,6 +278,15 @@ def test_choose_options_makes_the_final_answer_one_of_the_named_options(retrieve
     assert sum("[[ ## options ## ]]" in call["messages"][-1]["content"] for call in lm.history) == int(choose_options)
 
 
+def test_the_answer_record_names_the_first_answer_only_when_the_reader_chose_another():
+    from pipeline.serve.ask import answer_record
+
+    chose = dspy.Prediction(answer="Leah Adler", answer_before_choice="2017", chain=[], fallbacks=["final answer: ..."])
+    kept = dspy.Prediction(answer="2017", answer_before_choice=None, chain=[], fallbacks=[])
+    assert answer_record("q", chose)["answer_before_choice"] == "2017"
+    assert "answer_before_choice" not in answer_record("q", kept)
+
+
 def test_a_peer_reader_makes_the_same_choice():
     from experiments.qa import PassageReader
 

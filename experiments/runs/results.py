@@ -9,7 +9,7 @@ from pathlib import Path
 
 from experiments.data import load_questions
 from modules.errors import HyperProveError
-from pipeline.config import HyperProveConfig
+from pipeline.config import HyperProveConfig, ProgramConfig
 from pipeline.files import read_json
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -89,6 +89,11 @@ def questions_in(path: str) -> list:
 
 
 def recorded_program(run: dict) -> dict:
-    """The program settings a run ran with, and its LM adapter (a field its record lacks: what runs went without it)."""
-    config = HyperProveConfig.from_record(run.get("config", {}), source=f"{run.get('results_dir', run['name'])}/results.json")
-    return {**asdict(config.program), "adapter": config.lm.layout}
+    """The program settings a run ran with, and its LM adapter (a field its record lacks: what runs
+    went without it); a retired option it had on is among them, as recorded (`ProgramConfig.RETIRED`)."""
+    recorded = run.get("config", {})
+    program = recorded.get("program", {}) if isinstance(recorded.get("program"), dict) else {}
+    retired = {name: value for name, value in program.items() if name in ProgramConfig.RETIRED}
+    current = {**recorded, "program": {name: value for name, value in program.items() if name not in retired}} if program else recorded
+    config = HyperProveConfig.from_record(current, source=f"{run.get('results_dir', run['name'])}/results.json")
+    return {**asdict(config.program), **retired, "adapter": config.lm.layout}

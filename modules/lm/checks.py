@@ -1,4 +1,4 @@
-"""English text rules, in one place: what the LM steps check their output with (content and
+"""English text rules, in one place: what the LM modules check their output with (content and
 named words, dates and numbers, the kind of answer a question asks for, spans of facts,
 identity questions, the options a question names) and the `sentences` extractor's rules
 (sentences, pronouns, entity spans; METHOD.md step 1). No LM here: each rule is a few lines a

@@ -1,5 +1,5 @@
-"""The LM modules (DSPy modules that call the LM), one per LM step of METHOD.md: one predictor each, with its built-in demonstrations
-(`modules.lm.demos`) and its output checked by rule (`modules.lm.checks`).
+"""The LM modules, one per step of METHOD.md that the LM does: one predictor each, with its
+built-in demonstrations (`modules.lm.demos`) and its output checked by rule (`modules.lm.checks`).
 
 All predictors are visible to `named_predictors()`, so an optimizer (`hyperprove compile`) can
 replace their demonstrations. Each module checks what comes back and raises `MalformedOutput`

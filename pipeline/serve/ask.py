@@ -42,6 +42,7 @@ def format_chain(prediction: dspy.Prediction) -> list[str]:
 
 def answer_record(question: str, prediction: dspy.Prediction) -> dict:
     return {"question": question, "answer": prediction.answer, "chain": prediction.chain, "fallbacks": prediction.fallbacks,
+            **({"answer_before_choice": prediction.answer_before_choice} if prediction.get("answer_before_choice") is not None else {}),
             **({"by_rule": prediction.by_rule} if prediction.get("by_rule") else {})}
 
 
