@@ -97,6 +97,23 @@ def test_reproduce_from_a_results_folder_replays_without_the_lm(files, capsys, s
     assert {r["key"] for r in rows(files / "again" / "lm_calls.jsonl.gz")[1:]} == {r["key"] for r in rows(files / "first" / "lm_calls.jsonl.gz")[1:]}
 
 
+def test_an_index_whose_vectors_alone_differ_is_replayed_with_a_note_and_another_index_is_refused(files, capsys, scripted, monkeypatch):
+    code, _, _ = evaluate(capsys, files, scripted, files / "first")
+    assert code == 0
+    monkeypatch.chdir(files)
+    path = files / "first" / "index_manifest.json"
+    manifest = json.loads(path.read_text())
+    # the vectors as another CPU rounds them: the recorded checksums of the embeddings are not these
+    path.write_text(json.dumps({**manifest, "files": {**manifest["files"], "fact_vectors.npy": {"sha256": "0" * 64, "bytes": 1}}}))
+    code, out, err = run(capsys, "reproduce", files / "first", "--out", files / "again", "--no-track", "--json", runtime=scripted.runtime)
+    assert code == 0, err
+    assert "note: the index's vectors differ from the recorded checksums" in out and json.loads(out.strip().splitlines()[-1])["identical"] is True
+    # another graph: refused
+    path.write_text(json.dumps({**manifest, "files": {**manifest["files"], "synonyms.npy": {"sha256": "0" * 64, "bytes": 1}}}))
+    code, _, err = run(capsys, "reproduce", files / "first", "--out", files / "again", "--no-track", runtime=scripted.runtime)
+    assert code == 2 and "the index differs from the one" in one_line(err)
+
+
 def test_a_tampered_record_is_caught_in_one_line(files, capsys, scripted, monkeypatch):
     code, _, _ = evaluate(capsys, files, scripted, files / "first")
     assert code == 0

@@ -70,6 +70,21 @@ def test_the_ui_serves_the_runs_on_a_loopback_port(tmp_path):
         server.wait(timeout=30)
 
 
+def test_an_index_whose_embeddings_alone_differ_is_told_apart_from_another_index():
+    from experiments.runs.reproduce import index_difference
+
+    recorded = {"files": {"facts.jsonl": {"sha256": "a"}, "synonyms.npy": {"sha256": "s"}, "fact_vectors.npy": {"sha256": "v"},
+                          "facts.faiss": {"sha256": "f"}, "facts.added.faiss": {"sha256": "g"}}}
+    assert index_difference(recorded, recorded) is None
+    rounded = {"files": {**recorded["files"], "fact_vectors.npy": {"sha256": "w"}, "facts.faiss": {"sha256": "e"},
+                         "facts.added.faiss": {"sha256": "h"}}}
+    assert index_difference(recorded, rounded) == "vectors"  # another CPU's float rounding
+    assert index_difference(recorded, {"files": {**rounded["files"], "synonyms.npy": {"sha256": "t"}}}) == "index"  # another graph
+    assert index_difference(recorded, {"files": {**recorded["files"], "facts.jsonl": {"sha256": "b"}}}) == "index"
+    assert index_difference(recorded, {"files": {"facts.jsonl": {"sha256": "a"}}}) == "index"  # files missing
+    assert index_difference(recorded, None) == "index" and index_difference(None, None) is None
+
+
 def test_same_index_and_metric_deltas():
     from experiments.runs.reproduce import metric_deltas, same_index
 

@@ -4,7 +4,8 @@ tracked run, `hyperprove reproduce RESULTS_FOLDER` for a results folder, a commi
 The run's `results.json` holds the whole config and the checksums of the data;
 `index_manifest.json` the index's file checksums; `program.json` the compiled program;
 `lm_calls.jsonl.gz` every LM call it made (`pipeline.lm.record`), which the rerun replays, so an
-LM run reproduces without the LM. The rerun refuses changed data or a changed index, reruns the
+LM run reproduces without the LM. The rerun refuses changed data or a changed index (an index
+whose embeddings alone differ, as another CPU rounds them, goes on with a note), reruns the
 recorded config as a new run tagged `hyperprove.reproduces`, and prints every metric as equal or
 with its change (timings are wall-clock and not compared).
 
@@ -94,6 +95,29 @@ def read_recorded(folder: Path, label: str) -> dict:
         raise HyperProveError(f"{label}: its results.json's 'lm_calls' is not an object")
     recorded["lm_calls"] = folder if results.get("lm_calls") else None
     return recorded
+
+
+def vector_files() -> set[str]:
+    """The files of a saved index that hold embeddings: the vectors and their FAISS indexes."""
+    from pipeline.index.build import VECTOR_SETS
+    from pipeline.index.store import added_file
+
+    return {*(f"{name}_vectors.npy" for name in VECTOR_SETS), *VECTOR_SETS.values(), *map(added_file, VECTOR_SETS.values())}
+
+
+def index_difference(recorded: dict | None, current: dict | None) -> str | None:
+    """How the index a rerun loads differs from the one the run recorded: None (the same),
+    "vectors" (every file but the embeddings and their FAISS indexes is the same: the embedder
+    rounds differently on another CPU, so the text, entities, synonyms and graph agree and only
+    the last bits of the vectors may not), else "index"."""
+    if same_index(recorded, current):
+        return None
+    if recorded is not None and current is not None and "files" in recorded and "files" in current:
+        numeric = vector_files()
+        files, now = recorded["files"], current["files"]
+        if files.keys() == now.keys() and all(files[name] == now[name] for name in files if name not in numeric):
+            return "vectors"
+    return "index"
 
 
 def same_index(recorded: dict | None, current: dict | None) -> bool:
@@ -212,8 +236,13 @@ def reproduce(source: str, tracking: TrackingConfig, out: str | None = None, cac
         log(f"  cache_dir: {json.dumps(shown['cache_dir'])}")
 
         def check_index(manifest: dict | None) -> None:
-            if not same_index(recorded["index_manifest"], manifest):
+            difference = index_difference(recorded["index_manifest"], manifest)
+            if difference == "index":
                 raise HyperProveError(f"the index differs from the one {label} used (index manifest checksums); not reproducing")
+            if difference == "vectors":
+                log("note: the index's vectors differ from the recorded checksums (the embedder rounds differently on this CPU); "
+                    "its passages, facts, entities and synonyms do not. A retrieval that changed would ask for an LM call "
+                    "the record lacks, or move a metric, so the verdict below still holds")
 
         if results.get("program_sha256"):  # rerun with the compiled program the run logged
             program = recorded["program"]
