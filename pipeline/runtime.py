@@ -38,6 +38,10 @@ def no_trace(text: str, system: str = "hyperprove"):
 
 class Runtime:
     def __init__(self, config, lm=None, embedder=None):
+        """`LIBRARY_DEFAULTS` are set here too, so that a Python API user, who never passes through
+        the command line, stays offline (without them DSPy fetches a model price list from the web
+        when its first LM is made)."""
+        apply_library_defaults()
         self.config = config
         self._lm, self._embedder = lm, embedder
 

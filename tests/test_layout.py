@@ -1,5 +1,6 @@
 """The house rules a newcomer relies on: what each folder may import, and the public face."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -56,3 +57,11 @@ def test_the_public_face_names_what_a_user_needs_and_loads_nothing_heavy():
     assert all(getattr(pipeline, name) is not None for name in names)
     with pytest.raises(AttributeError, match="has no attribute 'nothing'"):
         pipeline.nothing  # noqa: B018
+
+
+def test_a_python_api_runtime_sets_the_offline_defaults_the_command_line_sets():
+    code = ("import os\nfrom pipeline import HyperProveConfig, Runtime\nRuntime(HyperProveConfig())\n"
+            "print(os.environ.get('LITELLM_LOCAL_MODEL_COST_MAP'), os.environ.get('HF_HUB_OFFLINE'))")
+    env = {k: v for k, v in os.environ.items() if k not in ("LITELLM_LOCAL_MODEL_COST_MAP", "HF_HUB_OFFLINE")}
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True, env=env).stdout.split()
+    assert out == ["True", "1"]
