@@ -129,7 +129,7 @@ def answer_row(question: Question, program: Callable[[str], dspy.Prediction], ks
             row.update({f"recall@{k}": recall_at_k(row["passages"], question.gold_passages, k) for k in ks})
         finish(row["answer"], row["fallbacks"], trace_tags(question, row))
     row["seconds"] = round(time.perf_counter() - started, 3)
-    spent = {module: cost for module, cost in scope.costs.items() if cost.calls}
+    spent = scope.spent()
     row["lm_calls"] = sum(cost.calls for cost in spent.values())
     row["lm_steps"] = {module: {**asdict(cost), "seconds": round(cost.seconds, 3)} for module, cost in spent.items()}
     return row

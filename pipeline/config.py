@@ -336,17 +336,21 @@ _SECTIONS = {
 }
 
 
+def retired_on(section, values: dict) -> list[str]:
+    """The retired options (`RETIRED`) that a section's values turn on."""
+    return [option for option, off in getattr(section, "RETIRED", {}).items() if values.get(option, off) != off]
+
+
 def without_retired(section, name: str, values: dict, source: str) -> dict:
     """A section's values without the retired options it names off (`RETIRED`); one it names on
     is refused with one line saying which commit reruns it."""
-    retired = getattr(section, "RETIRED", {})
-    for option, off in retired.items():
-        if option in values and values[option] != off:
-            raise HyperProveError(
-                f"{source}: {name}.{option}={values[option]!r}: this option was retired (train runs showed no gain: "
-                f"experiments/FINDINGS.md); the last commit with it, {section.RETIRED_AT}, reruns this config "
-                f"(git worktree add ../hyperprove-{section.RETIRED_AT} {section.RETIRED_AT})")
-    return {key: value for key, value in values.items() if key not in retired}
+    if retired := retired_on(section, values):
+        option = retired[0]
+        raise HyperProveError(
+            f"{source}: {name}.{option}={values[option]!r}: this option was retired (train runs showed no gain: "
+            f"experiments/FINDINGS.md); the last commit with it, {section.RETIRED_AT}, reruns this config "
+            f"(git worktree add ../hyperprove-{section.RETIRED_AT} {section.RETIRED_AT})")
+    return {key: value for key, value in values.items() if key not in getattr(section, "RETIRED", {})}
 
 
 @dataclass

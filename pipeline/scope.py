@@ -24,6 +24,10 @@ class Scope:
     listener: Callable[[str, dict], None] | None = None  # hears ("plan", {"sub_questions"}), then ("hop", chain entry)
     costs: dict | None = None  # LM module name -> `pipeline.lm.profile.ModuleCost` of this question's calls
 
+    def spent(self) -> dict:
+        """This question's LM costs, per LM module that made a call."""
+        return {module: cost for module, cost in (self.costs or {}).items() if cost.calls}
+
     def progress(self, event: str, data: dict) -> None:
         """Tell the listener, if any, that the plan or a hop is ready."""
         if self.listener is not None:

@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from pipeline.config import ProgramConfig
+from pipeline.config import ProgramConfig, retired_on
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "experiments" / "results"
@@ -71,8 +71,7 @@ def tampered(folder: Path, scratch: Path, change: str) -> Path:
 
 def retired_options(results: dict) -> list[str]:
     """The retired options a run had on (`ProgramConfig.RETIRED`)."""
-    program = results.get("config", {}).get("program", {})
-    return [option for option, off in ProgramConfig.RETIRED.items() if program.get(option, off) != off]
+    return retired_on(ProgramConfig, results.get("config", {}).get("program", {}))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -74,7 +74,7 @@ class Asker:
         with scoped(listener=listener, costs={}) as scope, self.runtime.question_trace(question) as finish:
             prediction = self.program(question)
             finish(prediction.answer, prediction.fallbacks)
-        spent = {module: asdict(cost) for module, cost in scope.costs.items() if cost.calls}
+        spent = {module: asdict(cost) for module, cost in scope.spent().items()}
         record = {**answer_record(question, prediction), "passages": list(prediction.passages),
                   "sources": self.sources(prediction.passages[:5]), "lm": session.id,
                   "lm_calls": sum(cost["calls"] for cost in spent.values()), "lm_steps": spent,
