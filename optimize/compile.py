@@ -44,13 +44,11 @@ def is_program_file(data) -> bool:
     return isinstance(data, dict) and isinstance(data.get("metadata"), dict) and "dependency_versions" in data["metadata"]
 
 
-def decomposition_examples(questions: Sequence[Question]) -> list[dspy.Example]:
-    """question -> the gold sub-questions, "#k" kept (the field names of `Decompose`)."""
-    return [
-        dspy.Example(question=q.question, sub_questions=[step.question for step in q.decomposition]).with_inputs("question")
-        for q in questions
-        if q.decomposition
-    ]
+def natural_step(sub_question: str) -> str:
+    """A gold step as a question: the "subject >> relation" steps of MuSiQue and 2Wiki become
+    "What is the relation of subject?", so that demonstrations show one kind of sub-question."""
+    subject, arrow, relation = sub_question.partition(" >> ")
+    return f"What is the {relation.strip()} of {subject.strip()}?" if arrow else sub_question
 
 
 def rewrite_examples(questions: Sequence[Question]) -> list[dspy.Example]:
@@ -63,15 +61,57 @@ def rewrite_examples(questions: Sequence[Question]) -> list[dspy.Example]:
     for q in questions:
         answers = [step.answer for step in q.decomposition]
         for position, step in enumerate(q.decomposition):
-            used = sorted(set(references(step.question)))
+            sub_question = natural_step(step.question)
+            used = sorted(set(references(sub_question)))
             if not used or any(not 1 <= k <= position for k in used):
                 continue
             examples.append(dspy.Example(
-                sub_question=step.question,
+                sub_question=sub_question,
                 answers=answers[:position],
                 resolved=[f"#{k} = {answers[k - 1]}" for k in used],
-                question=fill_references(step.question, answers),
+                question=fill_references(sub_question, answers),
             ).with_inputs("sub_question", "answers"))
+    return examples
+
+
+def decomposition_examples(questions: Sequence[Question]) -> list[dspy.Example]:
+    """question -> the gold sub-questions as questions (`natural_step`), "#k" kept (the field names of `Decompose`)."""
+    return [
+        dspy.Example(question=q.question, sub_questions=[natural_step(step.question) for step in q.decomposition]).with_inputs("question")
+        for q in questions
+        if q.decomposition
+    ]
+
+
+DEMO_FACTS = 5  # evidence facts a hop demonstration shows: a reader's evidence, trimmed to keep prompts short
+
+
+def hop_examples(questions: Sequence[Question], program: dspy.Module) -> list[dspy.Example]:
+    """Every gold step whose answer the program's own evidence for it holds, as the hop reader
+    sees it: the step with the earlier gold answers filled in, the evidence the program would
+    read for it (`HyperProve.hop_evidence` of a search without a frontier) cut to `DEMO_FACTS`
+    facts that keep the supporting ones, the gold answer, and the numbers of the facts of the
+    step's gold passage that contain it. Made by rule and retrieval, without an LM."""
+    from modules.lm.checks import contained
+    from modules.lm.predictors import numbered_evidence
+
+    examples = []
+    for q in questions:
+        answers = [step.answer for step in q.decomposition]
+        for step in q.decomposition:
+            query = fill_references(natural_step(step.question), answers)
+            hop = program.retriever(query)
+            evidence = program.hop_evidence(hop)
+            holds = [fact.passage == step.passage and contained(step.answer, [f"{fact.title} {fact.text}"]) for fact in evidence]
+            if step.passage is None or not any(holds):
+                continue
+            keep = sorted([i for i, held in enumerate(holds) if held][:DEMO_FACTS]
+                          + [i for i, held in enumerate(holds) if not held][: max(DEMO_FACTS - sum(holds), 0)])
+            shown = [evidence[i] for i in keep]
+            examples.append(dspy.Example(
+                question=query, evidence=numbered_evidence(shown), answer=step.answer,
+                supporting=[n for n, i in enumerate(keep, start=1) if holds[i]],
+            ).with_inputs("question", "evidence"))
     return examples
 
 
@@ -214,9 +254,55 @@ def save_program(program: dspy.Module, path: str | Path) -> None:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+# predictor -> its labelled examples, per target that `similar` pools (the hop reader's need the program's retriever)
+POOLS = {
+    "decompose": {"decompose.decompose": lambda questions, program: decomposition_examples(questions)},
+    "rewrite": {"rewrite.rewrite": lambda questions, program: rewrite_examples(questions)},
+    "steps": {"decompose.decompose": lambda questions, program: decomposition_examples(questions), "answer_hop.answer": hop_examples},
+}
+
+
+def pool_program(program: dspy.Module, settings: CompileConfig, questions: Sequence[Question]) -> dict:
+    """`similar`: each covered predictor pools the first `train` of its gold examples and is
+    shown the `max_labeled_demos` nearest of them on each call (`modules.lm.pool`), after its
+    built-in demonstrations with `keep_builtin`, instead of them otherwise. No LM call."""
+    from modules.lm.pool import MAX_PER_CALL
+
+    if settings.target not in POOLS:
+        raise HyperProveError(f"compile --optimizer similar: --target {settings.target} has no labelled examples to pool "
+                              f"(use {', '.join(POOLS)})")
+    if not 1 <= settings.max_labeled_demos <= MAX_PER_CALL:
+        raise HyperProveError(f"compile --optimizer similar: --labeled-demos {settings.max_labeled_demos} must be 1 to {MAX_PER_CALL} (shown per call)")
+    predictors = dict(program.named_predictors())
+    pooled = {}
+    for name, examples in POOLS[settings.target].items():
+        pool = [{field: example[field] for field in predictors[name].signature.fields} for example in examples(questions, program)[: settings.train]]
+        if not pool:
+            raise HyperProveError(f"compile --optimizer similar: no {name} examples in {settings.questions}")
+        predictors[name].use_pool(pool, settings.max_labeled_demos)
+        if not settings.keep_builtin:
+            predictors[name].demos = []
+        pooled[name] = len(pool)
+    return {
+        "target": settings.target,
+        "optimizer": settings.optimizer,
+        "train_examples": sum(pooled.values()),
+        "val_examples": 0,
+        "val_before": None,
+        "val_after": None,
+        "pooled": pooled,
+        "per_call": settings.max_labeled_demos,
+        "demos": {name: len(predictor.demos) for name, predictor in program.named_predictors()},
+    }
+
+
 def compile_program(program: dspy.Module, settings: CompileConfig, questions: Sequence[Question], lm, prompt_lm=None,
                     threads: int = 1) -> dict:
     """Compile the target part of `program` in place; returns what happened (scores, demos, sizes)."""
+    if settings.optimizer == "similar":
+        return pool_program(program, settings, questions)
+    if settings.target not in TARGETS:
+        raise HyperProveError(f"compile --target {settings.target}: only --optimizer similar compiles it")
     target = TARGETS[settings.target]
     train, val = split_examples(settings, target.examples(questions))
     part = target.part(program)
@@ -262,13 +348,15 @@ def run_compile(config, runtime=None, log: Callable[[str], None] = print) -> dic
     out = Path(settings.out or Path(".hyperprove") / "programs" / f"{settings.target}-{settings.optimizer}-{timestamp()}.json")
     check_own_file(out, is_program_file, "a compiled program", "--out")
     passages = load_corpus(settings.corpus)
-    questions = load_questions(settings.questions, passages)
+    questions = load_questions(settings.questions, passages)[settings.skip :]
+    if not questions:
+        raise HyperProveError(f"compile: --skip {settings.skip} leaves none of the questions in {settings.questions}")
     if settings.target != "program" and not any(q.decomposition for q in questions):
         raise HyperProveError(f"{settings.questions}: --target {settings.target} needs gold decompositions (MuSiQue's or 2Wiki's); none found")
     program = program_for(None, config)  # from --program, when given: compiling continues from it
     runtime = runtime or Runtime(config)
     session = runtime.session
-    if settings.target == "program":  # decompose and rewrite are compiled without retrieval
+    if settings.target in ("program", "steps"):  # decompose and rewrite are compiled without retrieval
         index, _ = cached_index(passages, config, runtime, log)
         runtime.embedder.load()
         program.retriever = index.retriever(config.retriever, runtime.embedder.encode_query)
@@ -284,7 +372,7 @@ def run_compile(config, runtime=None, log: Callable[[str], None] = print) -> dic
         report = compile_program(program, settings, questions, session.lm, prompt_lm, threads=config.lm.concurrency)
         report.update(seconds=round(time.perf_counter() - started, 1), lm_calls=session.calls(), lm=session.id, program=str(out))
         save_program(program, out)
-        if session.record is not None:  # the LM calls it made, replayable with --replay
+        if session.record is not None and report["lm_calls"]:  # the LM calls it made, replayable with --replay
             report["lm_record"] = session.record.write(calls_path(out))
         if mlflow is not None:
             mlflow.log_metrics({f"val_{when}": report[f"val_{when}"] for when in ("before", "after") if report[f"val_{when}"] is not None})
@@ -298,7 +386,7 @@ def run_compile(config, runtime=None, log: Callable[[str], None] = print) -> dic
     if report.get("val_selects"):
         scores += f" ({settings.optimizer} also chose on them, so the second grade is optimistic: evaluate on dev to know)"
     log(f"compiled {settings.target} in {report['seconds']:.0f} s ({report['lm_calls']} LM calls){scores}")
-    log(f"demos per predictor: {report['demos']}")
+    log(f"demos per predictor: {report['demos']}" + (f"; pooled, {report['per_call']} nearest shown per call: {report['pooled']}" if "pooled" in report else ""))
     log(f"program written to {out} (how it was made: {record_path(out)}"
         + (f"; its {report['lm_record']['calls']} LM calls: {calls_path(out)}" if "lm_record" in report else "") + f"); use it with --program {out}")
     return report

@@ -340,14 +340,18 @@ def build_parser() -> argparse.ArgumentParser:
                 "training questions JSON (MuSiQue's and 2Wiki's carry the gold decompositions decompose and rewrite need)")
     config_flag(compile_, "--corpus", "compile.corpus", "corpus JSON the questions refer to")
     config_flag(compile_, "--target", "compile.target",
-                "decompose or rewrite: supervised by gold decompositions; program: every predictor, against answer F1")
-    config_flag(compile_, "--optimizer", "compile.optimizer", "bootstrap: BootstrapFewShot; mipro: MIPROv2; gepa: GEPA")
-    config_flag(compile_, "--train", "compile.train", "the first N examples to compile on")
+                "decompose, rewrite, or steps (decompose and the hop reader): supervised by gold decompositions; "
+                "program: every predictor, against answer F1")
+    config_flag(compile_, "--optimizer", "compile.optimizer",
+                "bootstrap: BootstrapFewShot; mipro: MIPROv2; gepa: GEPA; similar: every gold example pooled, the "
+                "--labeled-demos nearest shown to each call (no LM)")
+    config_flag(compile_, "--skip", "compile.skip", "leave out the first N questions (kept for checking)")
+    config_flag(compile_, "--train", "compile.train", "the first N examples to compile on (similar: to pool)")
     config_flag(compile_, "--val", "compile.val", "the next N examples, graded before and after (0: none)")
     config_flag(compile_, "--demos", "compile.max_bootstrapped_demos", "bootstrapped demonstrations per predictor")
     config_flag(compile_, "--labeled-demos", "compile.max_labeled_demos",
-                "gold examples as demonstrations (decompose, rewrite); 0: the teacher answers with the program's own "
-                "demonstrations, and only its graded traces are kept")
+                "gold examples as demonstrations (decompose, rewrite; similar: per call); 0: the teacher answers with the "
+                "program's own demonstrations, and only its graded traces are kept")
     config_flag(compile_, "--keep-builtin-demos", "compile.keep_builtin", "keep the built-in demonstrations, ahead of the compiled ones",
                 shown="the compiled ones replace them", action="store_const", const=True)
     config_flag(compile_, "--threshold", "compile.threshold", "grade a bootstrapped trace must reach",

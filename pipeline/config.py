@@ -295,8 +295,8 @@ class SweepConfig:
                     raise HyperProveError(f"sweep config: {name}={low_high!r} reaches {end!r}, outside the retriever's range for {name}")
 
 
-COMPILE_TARGETS = ("decompose", "rewrite", "program")
-COMPILE_OPTIMIZERS = ("bootstrap", "mipro", "gepa")
+COMPILE_TARGETS = ("decompose", "rewrite", "steps", "program")
+COMPILE_OPTIMIZERS = ("bootstrap", "mipro", "gepa", "similar")
 
 
 @config_section("compile")
@@ -305,12 +305,13 @@ class CompileConfig:
 
     questions: str | None = None  # training questions JSON
     corpus: str | None = None  # the corpus they refer to (indexed for the `program` target)
-    target: typing.Literal[COMPILE_TARGETS] = "decompose"  # decompose | rewrite (supervised by gold decompositions) | program (answer F1)
-    optimizer: typing.Literal[COMPILE_OPTIMIZERS] = "bootstrap"  # bootstrap (BootstrapFewShot) | mipro (MIPROv2) | gepa (GEPA)
-    train: int = Field(20, ge=1, le=1_000_000)  # the first N examples to compile on
+    target: typing.Literal[COMPILE_TARGETS] = "decompose"  # decompose | rewrite | steps: decompose and the hop reader (gold decompositions) | program (answer F1)
+    optimizer: typing.Literal[COMPILE_OPTIMIZERS] = "bootstrap"  # bootstrap (BootstrapFewShot) | mipro (MIPROv2) | gepa (GEPA) | similar (gold examples chosen per call, no LM)
+    skip: int = Field(0, ge=0, le=1_000_000)  # leave out the first N questions (kept for checking)
+    train: int = Field(20, ge=1, le=1_000_000)  # the first N examples to compile on (similar: pooled)
     val: int = Field(20, ge=0, le=1_000_000)  # the next N, scored before and after
     max_bootstrapped_demos: int = Field(2, ge=0, le=64)
-    max_labeled_demos: int = Field(2, ge=0, le=64)  # gold examples as demonstrations (decompose, rewrite)
+    max_labeled_demos: int = Field(2, ge=0, le=64)  # gold examples as demonstrations (decompose, rewrite); similar: shown per call, at most 16
     threshold: float | None = Field(None, ge=0.0, le=1.0)  # grade a bootstrapped trace must reach (default: the target's)
     auto: typing.Literal["light", "medium", "heavy"] = "light"  # MIPROv2 / GEPA budget
     budget: int | None = Field(None, ge=1, le=1_000_000)  # instead of `auto`, a small fixed budget: GEPA's metric calls, MIPROv2's candidates and trials

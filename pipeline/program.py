@@ -20,6 +20,8 @@ import dspy
 from dspy.utils.exceptions import AdapterParseError
 
 from modules.errors import HyperProveError
+from modules.facts import ScoredFact
+from modules.lm.pool import MAX_PER_CALL
 from modules.lm.predictors import (
     EVIDENCE_PASSAGES,
     AnswerGenerator,
@@ -80,12 +82,10 @@ class HyperProve(dspy.Module):
             hop = self.retriever(query, frontier=frontier)
             retrieval_seconds += time.perf_counter() - started
             top_k = [fact.id for fact in hop.facts]
-            evidence = list(hop.facts)
-            if config.hop_passage_facts and hop.passages:
-                evidence += self.retriever.passage_facts(hop.passages[0], hop.query_vector, exclude=top_k, n=config.hop_passage_facts)
+            evidence = self.hop_evidence(hop)
             try:
                 reading = self.answer_hop(question=query, facts=evidence, grounded=config.grounded_hops, grounded_in=config.grounded_in,
-                                          countries=config.country_names)
+                                          countries=config.country_names, encode=self.retriever.encode)
                 answer, supporting = reading.answer, reading.supporting
                 if reading.replaced is not None:
                     fallbacks.append(f"answer {number}: {reading.replaced!r} {reading.why}; their span {answer!r} replaces it")
@@ -136,11 +136,21 @@ class HyperProve(dspy.Module):
             retrieval_seconds=retrieval_seconds,
         )
 
+    def hop_evidence(self, hop: dspy.Prediction) -> list[ScoredFact]:
+        """What the hop reader reads: the hop's top-K facts, then up to `hop_passage_facts` more
+        of its top passage."""
+        evidence = list(hop.facts)
+        if self.config.hop_passage_facts and hop.passages:
+            evidence += self.retriever.passage_facts(hop.passages[0], hop.query_vector, exclude=[fact.id for fact in hop.facts],
+                                                     n=self.config.hop_passage_facts)
+        return evidence
+
     def sub_questions(self, question: str, fallbacks: list[str]) -> list[str]:
         """Step 4 by the LM, checked; one hop on the question itself when it fails."""
         config = self.config
         try:
-            decomposition = self.decompose(question=question, max_hops=config.max_hops, entity_retries=config.entity_retries)
+            decomposition = self.decompose(question=question, max_hops=config.max_hops, entity_retries=config.entity_retries,
+                                           encode=self.retriever.encode)
         except LM_FAILURES as error:
             fallbacks.append(f"decompose: {error}")
             return [question]
@@ -174,7 +184,7 @@ class HyperProve(dspy.Module):
 
 
 # --- building and running the program --------------------------------------------------------------
-PREDICTOR_STATE = {"demos", "signature", "traces", "train", "lm"}  # what DSPy's Predict.dump_state writes for our predictors
+PREDICTOR_STATE = {"demos", "signature", "traces", "train", "lm", "pool", "per_call"}  # what our predictors' dump_state writes (`PooledPredict`)
 
 
 def _json_value(value) -> bool:
@@ -209,16 +219,21 @@ def program_state(state: dict, own: dict, path: str) -> dict:
         for key in ("traces", "train"):
             if entry.get(key, []) != []:
                 raise refuse(f"{name}.{key}", "holds entries, where DSPy writes an empty list")
-        demos = entry.get("demos", [])
-        if not isinstance(demos, list) or not all(isinstance(demo, dict) and _json_value(demo) for demo in demos):
-            raise refuse(f"{name}.demos", "must be a list of objects of plain JSON values")
+        for key in ("demos", "pool"):
+            examples = entry.get(key, [])
+            if not isinstance(examples, list) or not all(isinstance(example, dict) and _json_value(example) for example in examples):
+                raise refuse(f"{name}.{key}", "must be a list of objects of plain JSON values")
+        per_call = entry.get("per_call", 0)
+        if not isinstance(per_call, int) or isinstance(per_call, bool) or not 0 <= per_call <= MAX_PER_CALL:
+            raise refuse(f"{name}.per_call", f"must be a whole number from 0 to {MAX_PER_CALL}")
         signature = entry.get("signature", own[name]["signature"])
         fields = signature.get("fields") if isinstance(signature, dict) else None
         if (not isinstance(signature, dict) or set(signature) - {"instructions", "fields"} or not isinstance(signature.get("instructions"), str)
                 or not isinstance(fields, list) or len(fields) != len(own[name]["signature"]["fields"])
                 or not all(isinstance(f, dict) and set(f) == {"prefix", "description"} and all(isinstance(v, str) for v in f.values()) for f in fields)):
             raise refuse(f"{name}.signature", "must hold the instructions (text) and, per field of the predictor, its prefix and description (texts)")
-        checked[name] = {"traces": [], "train": [], "demos": demos, "signature": signature, "lm": None}
+        checked[name] = {"traces": [], "train": [], "demos": entry.get("demos", []), "signature": signature, "lm": None,
+                         "pool": entry.get("pool", []), "per_call": per_call}
     return checked
 
 

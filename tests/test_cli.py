@@ -571,3 +571,37 @@ def test_evaluate_skips_the_first_questions(files, capsys, tmp_path):
     assert code == 0, err
     predictions = json.loads((tmp_path / "skipped" / "predictions.json").read_text())["dense"]
     assert [row["id"] for row in predictions] == ["q2"]
+
+
+def test_compile_steps_pools_gold_steps_that_evaluate_shows_by_similarity(files, capsys, scripted_cli, tmp_path):
+    (files / "train.json").write_text(json.dumps(TRAIN))
+    program = tmp_path / "steps.json"
+    code, out, _ = run_scripted(capsys, scripted_cli, "compile", "--questions", files / "train.json", "--corpus", files / "corpus.json",
+                                "--target", "steps", "--optimizer", "similar", "--labeled-demos", 2, "--train", 100, "--out", program,
+                                "--embedder", "test-hash", "--cache-dir", tmp_path / "cache", "--no-track", "--json")
+    assert code == 0
+    report = json.loads(out.strip().splitlines()[-1])
+    # 3 decompositions; the 8 gold steps each have their answer in a sentence of their gold passage, which
+    # every step's evidence holds (the tiny passages are one or two sentences)
+    assert (report["pooled"], report["per_call"], report["lm_calls"]) == ({"decompose.decompose": 3, "answer_hop.answer": 8}, 2, 0)
+    assert not (tmp_path / "steps.lm_calls.jsonl.gz").exists()
+    state = json.loads(program.read_text())
+    mother = next(example for example in state["answer_hop.answer"]["pool"] if example["question"] == "Who was the mother of Steven Spielberg?")
+    supporting = [mother["evidence"][n - 1] for n in mother["supporting"]]
+    assert mother["answer"] == "Leah Adler" and supporting == [line for line in mother["evidence"] if "(Steven Spielberg) Steven Spielberg's mother was Leah Adler." in line]
+    assert state["decompose.decompose"]["demos"] == []  # the pool replaces the built-in demonstrations
+
+    scripted_cli.answers = two_hop_script(final_answer="2017")
+    code, out, _ = run_scripted(capsys, scripted_cli, "evaluate", "--questions", files / "questions.json", "--corpus", files / "corpus.json",
+                                "--retriever", "hyperprove", "--decomposition", "lm", "--program", program, "--embedder", "test-hash",
+                                "--cache-dir", tmp_path / "cache", "--out", tmp_path / "run", "--no-track", "--json")
+    assert code == 0 and json.loads(out.strip().splitlines()[-1])["retrievers"]["hyperprove"]["em"] == 100.0
+    (decompose_prompt,) = [str(call["messages"]) for call in scripted_cli.last.session.lm.history if "sub_questions ## ]]`" in str(call["messages"])]
+    # the two other training questions are shown; the one that is the asked question is not, nor a built-in demonstration
+    assert TRAIN[0]["question"] in decompose_prompt and TRAIN[1]["question"] in decompose_prompt
+    assert "When did #2 die?" not in decompose_prompt and "Spielberg Prize" not in decompose_prompt
+
+    code, _, err = run_scripted(capsys, scripted_cli, "compile", "--questions", files / "train.json", "--corpus", files / "corpus.json",
+                                "--target", "program", "--optimizer", "similar", "--embedder", "test-hash", "--no-track")
+    assert code == 2 and err == ("error: compile --optimizer similar: --target program has no labelled examples to pool "
+                                 "(use decompose, rewrite, steps)\n")

@@ -12,15 +12,19 @@ from modules.errors import HyperProveError
 from optimize.compile import (
     TARGETS,
     answer_examples,
+    compile_program,
     decomposition_examples,
     grade_answer,
     grade_decomposition,
     grade_rewrite,
     make_optimizer,
     metric,
+    natural_step,
+    pool_program,
     rewrite_examples,
 )
 from pipeline.config import CompileConfig, HyperProveConfig
+from pipeline.program import HyperProve
 
 JAWS = Question(
     id="q1", question="When did the director of Jaws' mother die?", answer="2017", answer_aliases=("February 21, 2017",),
@@ -86,9 +90,9 @@ def test_optimizers_are_built_as_configured():
 
 
 def test_compile_config_is_checked():
-    with pytest.raises(HyperProveError, match="target='answers' must be one of 'decompose', 'rewrite', 'program'"):
+    with pytest.raises(HyperProveError, match="target='answers' must be one of 'decompose', 'rewrite', 'steps', 'program'"):
         HyperProveConfig.from_dict({"compile": {"target": "answers"}})
-    with pytest.raises(HyperProveError, match="optimizer='copro' must be one of 'bootstrap', 'mipro', 'gepa'"):
+    with pytest.raises(HyperProveError, match="optimizer='copro' must be one of 'bootstrap', 'mipro', 'gepa', 'similar'"):
         CompileConfig(optimizer="copro")
     with pytest.raises(HyperProveError, match=r"budget=0 must lie in \[1, 1000000\]"):
         CompileConfig(budget=0)
@@ -223,3 +227,30 @@ def test_a_predictor_no_trace_reached_keeps_its_built_in_demonstrations():
         report = compile_program(program, settings, TRAINING, lm)
     assert program.decompose.decompose.demos == DECOMPOSE_DEMOS + COMPARISON_DEMOS
     assert report["demos"]["decompose.decompose"] == 4
+
+
+def test_gold_steps_become_questions_of_one_kind():
+    assert natural_step("Hello Love >> performer") == "What is the performer of Hello Love?"
+    assert natural_step("#1 >> country of citizenship") == "What is the country of citizenship of #1?"
+    assert natural_step("Who directed Jaws?") == "Who directed Jaws?"
+    wiki = Question(id="w", question="Where did the performer of Hello Love die?", answer="Nashville", decomposition=(
+        GoldHop("Hello Love >> performer", "Hank Snow", 0), GoldHop("#1 >> place of death", "Nashville", 1)))
+    (decompose,) = decomposition_examples([wiki])
+    assert decompose.sub_questions == ["What is the performer of Hello Love?", "What is the place of death of #1?"]
+    (rewrite,) = rewrite_examples([wiki])
+    assert (rewrite.sub_question, rewrite.question) == ("What is the place of death of #1?", "What is the place of death of Hank Snow?")
+
+
+def test_similar_pools_only_labelled_targets_and_shows_one_to_sixteen_a_call():
+    program = HyperProve(None)
+    with pytest.raises(HyperProveError, match=r"--target program has no labelled examples to pool \(use decompose, rewrite, steps\)"):
+        pool_program(program, CompileConfig(target="program", optimizer="similar"), [JAWS])
+    with pytest.raises(HyperProveError, match=r"--labeled-demos 17 must be 1 to 16 \(shown per call\)"):
+        pool_program(program, CompileConfig(optimizer="similar", max_labeled_demos=17), [JAWS])
+    with pytest.raises(HyperProveError, match="compile --target steps: only --optimizer similar compiles it"):
+        compile_program(program, CompileConfig(target="steps"), [JAWS], lm=None)
+    report = pool_program(program, CompileConfig(optimizer="similar", max_labeled_demos=2, keep_builtin=True), TRAINING)
+    assert (report["pooled"], report["per_call"]) == ({"decompose.decompose": 4}, 2)
+    assert report["demos"]["decompose.decompose"] == 4  # the built-in ones stay, ahead of the chosen ones
+    pooled = program.decompose.decompose.pool
+    assert pooled[1] == {"question": "Who is the spouse of the Green performer?", "sub_questions": ["Who performed Green?", "Who is the spouse of #1?"]}

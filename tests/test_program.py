@@ -1,5 +1,7 @@
 """The HyperProve program with a scripted LM: hop wiring, "#k" rewriting, frontier carry, fallbacks."""
 
+import re
+
 import dspy
 import pytest
 from dspy.utils import DummyLM
@@ -371,3 +373,56 @@ def test_the_hop_reader_also_reads_the_rest_of_the_top_passage(retriever):
     assert read.answer == "2017" and calls == 1 + 2 + 3 + 1
     assert [hop["supporting"] for hop in read.chain] == [hop["supporting"] for hop in plain.chain]
     assert read.frontier == plain.frontier
+
+
+POOL = [  # the query "Who directed the film Jaws?" shares 4 of 5 words with the first, 3 of its 5 and 3 of these 3 with the second, none with the third
+    {"question": "Who directed the film Duel?", "sub_questions": ["Who directed Duel?"]},
+    {"question": "Who directed Jaws?", "sub_questions": ["Who directed Jaws?"]},
+    {"question": "When was Leah Adler born?", "sub_questions": ["When was Leah Adler born?"]},
+    {"question": "who directed the  film Jaws?", "sub_questions": ["the asked question itself"]},
+]
+
+
+def test_a_pooled_predictor_shows_the_nearest_gold_examples_and_never_the_question_itself():
+    from modules.lm.pool import PooledPredict
+    from modules.lm.signatures import Decompose
+    from tests.support import HashEmbedder
+
+    encode = HashEmbedder().encode_query
+    predictor = PooledPredict(Decompose, demos=[])
+    predictor.use_pool(POOL, per_call=2)
+    # bag-of-words cosines: 4 / 5 = 0.8 for the first, 3 / sqrt(5 * 3) = 0.77 for the second, 0 for the third; the
+    # fourth is the question itself (case and spaces aside): left out. The nearest comes last, next to the question.
+    assert predictor.nearest("Who directed the film Jaws?", encode) == [POOL[1], POOL[0]]
+    lm = DummyLM([{"sub_questions": ["Who directed Jaws?"]}] * 2)
+    with dspy.context(lm=lm):
+        predictor(question="Who directed the film Jaws?", encode=encode)
+        predictor(question="Who directed the film Jaws?")  # no encoder: the fixed demos (none) alone
+    shown, plain = (str(call["messages"]) for call in lm.history)
+    assert shown.index("Who directed Jaws?") < shown.index("Who directed the film Duel?")
+    assert "Leah Adler" not in shown and "the asked question itself" not in shown
+    assert "Duel" not in plain
+
+
+def test_a_pool_is_saved_with_the_program_and_checked_when_loaded(retriever, tmp_path):
+    import json
+
+    from modules.errors import HyperProveError
+    from pipeline.program import load_compiled
+
+    program = HyperProve(retriever)
+    program.decompose.decompose.use_pool(POOL, per_call=3)
+    program.save(tmp_path / "program.json")
+    loaded = load_compiled(HyperProve(retriever), str(tmp_path / "program.json"))
+    assert (loaded.decompose.decompose.pool, loaded.decompose.decompose.per_call) == (POOL, 3)
+    assert loaded.answer_hop.answer.pool == [] and "pool" not in loaded.answer_hop.answer.dump_state()
+    state = json.loads((tmp_path / "program.json").read_text())
+    for change, problem in [
+        ({"per_call": 17}, "decompose.decompose.per_call: must be a whole number from 0 to 16"),
+        ({"per_call": "3"}, "decompose.decompose.per_call: must be a whole number from 0 to 16"),
+        ({"pool": {"question": "x"}}, "decompose.decompose.pool: must be a list of objects of plain JSON values"),
+        ({"pool": [{"question": "Who directed Duel?"}]}, "pool example 1 has no 'sub_questions'"),
+    ]:
+        (tmp_path / "bad.json").write_text(json.dumps({**state, "decompose.decompose": {**state["decompose.decompose"], **change}}))
+        with pytest.raises(HyperProveError, match=re.escape(problem)):
+            load_compiled(HyperProve(retriever), str(tmp_path / "bad.json"))

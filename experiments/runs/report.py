@@ -276,8 +276,11 @@ def compiled_program(run: dict, runs: Sequence[dict] = ()) -> list[str]:
     held_out = "training examples it also chose on" if made.get("val_selects") else "held-out training examples"
     grades = (f"; its grade on {made['val_examples']} {held_out} went from {made['val_before']:.2f} to "
               f"{made['val_after']:.2f}") if made.get("val_examples") else ""
+    pooled = made.get("pooled", {})
+    examples = (f"{' and '.join(f'{n} {name} examples' for name, n in pooled.items())} pooled, the {made['per_call']} nearest shown per call"
+                if pooled else f"{made['train_examples']} training examples")
     return [f"Program: `{compiled}`{same}, compiled by `hyperprove compile` ({made['target']} with {made['optimizer']}, "
-            f"{made['train_examples']} training examples, {made['lm_calls']} LM calls, "
+            f"{examples}, {made['lm_calls']} LM calls, "
             f"commit {str(made.get('git_commit', '?'))[:10]}){grades}.", "", *lines]
 
 

@@ -42,6 +42,7 @@ from modules.lm.demos import (
     GENERATE_DEMOS,
     REWRITE_DEMOS,
 )
+from modules.lm.pool import Encode, PooledPredict
 from modules.lm.references import REFERENCE, fill_references, references
 from modules.lm.signatures import (
     AnswerHop,
@@ -60,10 +61,8 @@ class MalformedOutput(HyperProveError):
     """The LM answered, but not in a usable shape."""
 
 
-def _predictor(signature, demos: list[dspy.Example]) -> dspy.Predict:
-    predictor = dspy.Predict(signature)
-    predictor.demos = list(demos)
-    return predictor
+def _predictor(signature, demos: list[dspy.Example]) -> PooledPredict:
+    return PooledPredict(signature, demos)
 
 
 def past_cache(attempt: int, temperature: float) -> dict:
@@ -142,13 +141,14 @@ class Decomposer(dspy.Module):
         else:
             self.decompose = _predictor(Decompose, DECOMPOSE_DEMOS)
 
-    def forward(self, question: str, max_hops: int = 4, entity_retries: int = 0) -> dspy.Prediction:
+    def forward(self, question: str, max_hops: int = 4, entity_retries: int = 0, encode: Encode | None = None) -> dspy.Prediction:
+        """`encode` chooses the demonstrations of a compiled pool (`modules.lm.pool`) for this question."""
         tried: list[tuple[int, int, list[str], list[str]]] = []
         failure: Exception | None = None
         for attempt in range(entity_retries + 1):
             config = past_cache(attempt, temperature=0.7)
             try:
-                sub_questions = self.sub_questions(question, max_hops, config)
+                sub_questions = self.sub_questions(question, max_hops, config, encode)
             except (MalformedOutput, ValueError) as error:  # a retry may still give a usable one
                 if not entity_retries:
                     raise
@@ -163,8 +163,9 @@ class Decomposer(dspy.Module):
         _, _, sub_questions, problems = min(tried)
         return dspy.Prediction(sub_questions=sub_questions, problems=problems, attempts=entity_retries + 1)
 
-    def sub_questions(self, question: str, max_hops: int, config: dict) -> list[str]:
-        sub_questions = [single_spaced(q) for q in self.decompose(question=question, config=config).sub_questions or []]
+    def sub_questions(self, question: str, max_hops: int, config: dict, encode: Encode | None = None) -> list[str]:
+        output = self.decompose(question=question, config=config, encode=encode)
+        sub_questions = [single_spaced(q) for q in output.sub_questions or []]
         sub_questions = [q for q in sub_questions if q]
         if not sub_questions:
             raise MalformedOutput("the decomposition is empty")
@@ -235,11 +236,12 @@ class HopAnswerer(dspy.Module):
         self.answer = _predictor(AnswerHop, ANSWER_HOP_DEMOS)
 
     def forward(self, question: str, facts: Sequence[ScoredFact], grounded: bool = False, grounded_in: str = "cited",
-                countries: bool = False) -> dspy.Prediction:
+                countries: bool = False, encode: Encode | None = None) -> dspy.Prediction:
+        """`encode` chooses the demonstrations of a compiled pool (`modules.lm.pool`) for this hop."""
         evidence = numbered_evidence(facts)
         for attempt in range(2 if grounded else 1):
             config = past_cache(attempt, temperature=0.7)
-            output = self.answer(question=question, evidence=evidence, config=config)
+            output = self.answer(question=question, evidence=evidence, config=config, encode=encode)
             answer = single_spaced(output.answer)
             if not answer:
                 raise MalformedOutput(f"no answer to {question!r}")
