@@ -359,6 +359,12 @@ def test_the_headline_run_gives_the_answer_claim_with_costs_types_and_failures(t
            "systems": {name: {"system": name, "n": 4, **summary} for name, summary in systems.items()}}
     other = {"name": "2wiki-lm60", "n_questions": 60, "systems": {"hyperprove": {"em": 1.0, "f1": 2.0, "recall@5": 3.0}}}
     assert render_headline([other, run]) == [
+        "Each set's dev questions that no earlier run saw, every peer's top 5 through the program's final reader: HyperProve minus its best "
+        "peer on F1 and minus ppr on Recall@5 (mean [paired bootstrap 95% interval]), in %:", "",
+        "| run | dev questions | HyperProve F1 | best peer F1 | F1 minus best peer | × best peer | HyperProve R@5 | R@5 minus ppr | LM calls/q (s/q) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        # no recall@5 in the predictions: no paired R@5 difference
+        "| 2wiki-lm300 | 61-64 (4) | 100.00 | 50.00 (ppr) | +50.00 [+50.00, +50.00] | 2.00 | 90.00 | – | 4.25 (14.5) |", "",
         "`2wiki-lm300`: dev questions 61-64 (4); the program answers by itself, every other system hands its top 5 passages to "
         "the program's final reader. EM / F1 / R@5 in %, LM calls and seconds a question:", "",
         "| system | EM | F1 | R@5 | LM calls/q | s/q |", "|---|---:|---:|---:|---:|---:|",
@@ -388,6 +394,8 @@ def test_the_headline_run_gives_the_answer_claim_with_costs_types_and_failures(t
     final = {**run, "name": "2wiki-lm300-final", "systems": {name: {**summary, "lm_cache_hits": {"hyperprove": 9, "ppr": 4}.get(name, 0)}
                                                              for name, summary in run["systems"].items()}}
     lines = render_headline([then, final, other])
+    assert lines[4].startswith("| 2wiki-lm300-final | 61-64 (4) | 100.00 |")  # the rerun stands for the set
+    lines = lines[6:]
     assert lines[0].startswith("`2wiki-lm300-final`: dev questions 61-64 (4)") and lines[0].endswith(
         "(calls the record or the cache answered take no LM time, so s/q is not all LM time):")
     assert lines[2:5] == ["| system | EM | F1 | R@5 | LM calls/q | of them cached/q | s/q |", "|---|---:|---:|---:|---:|---:|---:|",

@@ -356,16 +356,46 @@ def render_reruns(runs: Sequence[dict], heading: bool = True) -> list[str]:
 HEADLINE_RUN = "2wiki-lm300"  # hundreds of questions no earlier LM run saw: where the answer claims are made (its `-final` rerun when there)
 
 
+POWERED = (HEADLINE_RUN, "musique-more-lm95", "hotpotqa-more-lm300")  # per set, the dev questions no earlier run saw, in their hundreds
+
+
 def render_headline(runs: Sequence[dict]) -> list[str]:
-    """The README's headline: the `HEADLINE_RUN` rerun with today's defaults (`<name>-final`) or,
-    without it, the run itself (`render_powered`), then the 60-question reruns; else the
-    same-reader table of the 60-question runs."""
+    """The README's headline: the `POWERED` sets side by side (`render_sets`), then the
+    `HEADLINE_RUN` rerun with today's defaults (`<name>-final`) or, without it, the run itself
+    (`render_powered`); without either, the same-reader table of the 60-question runs."""
     named = {run.get("name"): run for run in runs}
     run = named.get(f"{HEADLINE_RUN}-final") or named.get(HEADLINE_RUN)
     if run is None:
         return render_same_reader(runs, heading=False)
     then = named.get(HEADLINE_RUN) if run["name"] != HEADLINE_RUN else None
-    return render_powered(run, then) + render_reruns(runs, heading=False)
+    return render_sets(runs) + render_powered(run, then)
+
+
+def render_sets(runs: Sequence[dict]) -> list[str]:
+    """HyperProve on each `POWERED` run (its `<name>-final` rerun when there): F1 against the best
+    peer's, with the paired interval and as a multiple, Recall@5 against ppr's, and the cost."""
+    named = {run.get("name"): run for run in runs}
+    chosen = [named.get(f"{name}-final") or named.get(name) for name in POWERED]
+    chosen = [run for run in chosen if run and "hyperprove" in run["systems"]]
+    if not chosen:
+        return []
+    lines = ["Each set's dev questions that no earlier run saw, every peer's top 5 through the program's final reader: HyperProve "
+             "minus its best peer on F1 and minus ppr on Recall@5 (mean [paired bootstrap 95% interval]), in %:", "",
+             "| run | dev questions | HyperProve F1 | best peer F1 | F1 minus best peer | × best peer | HyperProve R@5 | R@5 minus ppr "
+             "| LM calls/q (s/q) |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for run in chosen:
+        systems, ours = run["systems"], run["systems"]["hyperprove"]
+        peers = [name for name in systems if name not in OURS and systems[name].get("f1") is not None]
+        best = max(peers, key=lambda name: systems[name]["f1"]) if peers else None
+        skip, n = run.get("config", {}).get("evaluation", {}).get("skip", 0), run.get("n_questions", ours.get("n"))
+        times = systems[best]["f1"] and ours["f1"] / systems[best]["f1"] if best else None
+        lines.append(f"| {run['name']} | {skip + 1}-{skip + n} ({n}) | {number(ours.get('f1'))} | "
+                     + (f"{number(systems[best]['f1'])} ({best}) | {interval_cell(paired(run, 'hyperprove', run, best, 'f1'))} | "
+                        f"{number(times or None)} | " if best else "– | – | – | ")
+                     + f"{number(ours.get('recall@5'))} | "
+                     + (interval_cell(paired(run, "hyperprove", run, "ppr", "recall@5")) if "ppr" in systems else "–")
+                     + f" | {number(ours.get('lm_calls_per_question'))} ({number(ours.get('seconds_per_question'), '{:.1f}')}) |")
+    return lines + [""]
 
 
 def render_powered(run: dict, then: dict | None = None) -> list[str]:
