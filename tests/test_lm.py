@@ -116,6 +116,9 @@ def test_the_profile_bills_each_call_to_its_step_from_the_usage_the_provider_rep
     profile, step, lm = LMProfile(), Decomposer(), object()
     predict = dspy.Predict("question -> answer")  # DSPy's own module: the call is billed to the step around it
     assert module_of([step, predict]) == "Decomposer" and module_of([predict]) == "lm" and module_of([]) == "lm"
+    from modules.lm.pool import PooledPredict  # our own predictor is a detail of the step too
+
+    assert module_of([step, PooledPredict("question -> answer")]) == "Decomposer"
     with dspy.settings.context(caller_modules=[step]):
         profile.on_lm_start("a", lm, {})  # a request: llama.cpp reused 100 of its 120 prompt tokens
         step.history.append({"usage": {"prompt_tokens": 120, "completion_tokens": 7, "prompt_tokens_details": {"cached_tokens": 100}}, "response": None})

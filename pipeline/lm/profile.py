@@ -37,9 +37,10 @@ class ModuleCost:
 
 def module_of(caller_modules, fallback: str = "lm") -> str:
     """The LM module an LM call belongs to: the innermost calling module that is ours, not DSPy's
-    (`Decomposer`, `HopAnswerer`, ...): a `dspy.Predict` inside it is an implementation detail."""
+    (`Decomposer`, `HopAnswerer`, ...): a predictor inside it (a `dspy.Predict`, ours included) is
+    an implementation detail."""
     for module in reversed(caller_modules or []):
-        if type(module).__module__.split(".")[0] != "dspy":
+        if type(module).__module__.split(".")[0] != "dspy" and not isinstance(module, dspy.Predict):
             return type(module).__name__
     return fallback
 
