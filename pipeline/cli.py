@@ -220,6 +220,8 @@ def _add_program_flags(parser: argparse.ArgumentParser) -> None:
                 "interleave the ranking for the whole question first with the hops' rankings")
     config_flag(parser, "--comparison-demos", "program.comparison_demos",
                 "Decompose also shows two comparisons and is asked to keep the question's names")
+    config_flag(parser, "--decompose-facts", "program.decompose_facts",
+                "the decomposer also reads this many top facts found for the whole question (0: the question alone)")
     config_flag(parser, "--reader-evidence", "program.reader_evidence",
                 "what the final reader sees: " + "; ".join(f"{k}: {v}" for k, v in READER_EVIDENCE.items()))
     config_flag(parser, "--grounded-in", "program.grounded_in",

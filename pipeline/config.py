@@ -156,6 +156,7 @@ class ProgramConfig:
     question_channel: bool = True  # the ranking for the whole question is interleaved first with the hops' rankings
     reader_evidence: typing.Literal[tuple(READER_EVIDENCE)] = "facts"  # one of READER_EVIDENCE
     comparison_demos: bool = True  # Decompose also shows two comparisons and is asked to keep the question's names
+    decompose_facts: int = Field(0, ge=0, le=20)  # the decomposer also reads this many top facts found for the whole question; 0: the question alone
     bridge_rewrite: typing.Literal[tuple(BRIDGE_REWRITES)] = "rule"  # one of BRIDGE_REWRITES: how a sub-question's "#k" become the resolved answers (step 5)
     choose_options: bool = True  # a final answer that is none of the options a question names is asked for again as a choice (every reader)
     compare_by_rule: bool = True  # comparison and same-country questions answered from the hop answers by rule (`modules.lm.question_types`), the reader only when a value does not parse

@@ -49,7 +49,7 @@ class HyperProve(dspy.Module):
         """`retriever=None` gives the LM modules alone: enough to compile, save and load them."""
         super().__init__()
         self.config = config or ProgramConfig()
-        self.decompose = Decomposer(comparisons=self.config.comparison_demos)
+        self.decompose = Decomposer(comparisons=self.config.comparison_demos, facts=self.config.decompose_facts > 0)
         self.rewrite = BridgeRewriter()
         self.answer_hop = HopAnswerer()
         self.generate = AnswerGenerator()
@@ -59,18 +59,18 @@ class HyperProve(dspy.Module):
         if self.retriever is None:
             raise HyperProveError("this HyperProve program has no retriever: it was built to compile or save its LM modules")
         config, fallbacks = self.config, []
+        started = time.perf_counter()
+        whole = self.retriever(question) if config.question_channel or config.decompose_facts else None
+        retrieval_seconds = time.perf_counter() - started
         planned = comparison_plan(question) if config.comparison_plans else None
-        sub_questions = planned or self.sub_questions(question, fallbacks)
+        facts = self.frontier_lines(whole.ranked_ids[: config.decompose_facts]) if config.decompose_facts else []
+        sub_questions = planned or self.sub_questions(question, fallbacks, facts)
         current().progress("plan", {"sub_questions": list(sub_questions)})
 
         frontier: list[int] = []
         answers: list[str] = []
         chain: list[dict] = []
-        hop_passages: list[list[int]] = []
-        started = time.perf_counter()
-        if config.question_channel:
-            hop_passages.append(self.retriever(question).passages)
-        retrieval_seconds = time.perf_counter() - started
+        hop_passages: list[list[int]] = [whole.passages] if config.question_channel else []
         for number, sub_question in enumerate(sub_questions, start=1):
             try:
                 query = self.rewrite(sub_question=sub_question, answers=answers, by_rule=config.bridge_rewrite == "rule").query
@@ -145,12 +145,13 @@ class HyperProve(dspy.Module):
                                                      n=self.config.hop_passage_facts)
         return evidence
 
-    def sub_questions(self, question: str, fallbacks: list[str]) -> list[str]:
-        """Step 4 by the LM, checked; one hop on the question itself when it fails."""
+    def sub_questions(self, question: str, fallbacks: list[str], facts: list[str]) -> list[str]:
+        """Step 4 by the LM (reading `facts` with `decompose_facts`), checked; one hop on the
+        question itself when it fails."""
         config = self.config
         try:
             decomposition = self.decompose(question=question, max_hops=config.max_hops, entity_retries=config.entity_retries,
-                                           encode=self.retriever.encode)
+                                           encode=self.retriever.encode, facts=facts)
         except LM_FAILURES as error:
             fallbacks.append(f"decompose: {error}")
             return [question]

@@ -143,7 +143,8 @@ def test_ask_prints_the_chain_and_ends_with_json(files, capsys, scripted_cli):
     steps = sorted((span for span in spans.values() if span.parent_id == program.span_id), key=lambda span: span.start_time_ns)
     assert (root.name, root.inputs, root.outputs, program.name) == (
         "hyperprove", {"question": "Who was the mother of the director of Jaws?"}, {"answer": "Leah Adler"}, "HyperProve.forward")
-    assert [span.name.split(".")[0] for span in steps] == ["Decomposer", "HypergraphRetriever", "BridgeRewriter", "HypergraphRetriever", "HopAnswerer",
+    # the whole question's search (the question channel) comes first, then the plan and each hop
+    assert [span.name.split(".")[0] for span in steps] == ["HypergraphRetriever", "Decomposer", "BridgeRewriter", "HypergraphRetriever", "HopAnswerer",
                                                            "BridgeRewriter", "HypergraphRetriever", "HopAnswerer", "AnswerGenerator"]
     retrieve = steps[3].outputs  # the first hop's retrieval carries the retriever's own trace
     assert {"dense_seeds", "frontier_in", "subgraph_size", "subgraph_edges", "candidates"} <= set(retrieve["trace"])

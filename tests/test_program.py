@@ -426,3 +426,24 @@ def test_a_pool_is_saved_with_the_program_and_checked_when_loaded(retriever, tmp
         (tmp_path / "bad.json").write_text(json.dumps({**state, "decompose.decompose": {**state["decompose.decompose"], **change}}))
         with pytest.raises(HyperProveError, match=re.escape(problem)):
             load_compiled(HyperProve(retriever), str(tmp_path / "bad.json"))
+
+
+@pytest.mark.parametrize("n", [0, 2])
+def test_the_decomposer_reads_the_top_facts_for_the_question_when_asked(retriever, n):
+    from modules.lm.signatures import FACTS_NOTE
+
+    lm = DummyLM(script())
+    with dspy.context(lm=lm):
+        prediction = HyperProve(retriever, ProgramConfig(decompose_facts=n, bridge_rewrite="lm"))(QUESTION)
+    assert prediction.answer == "2017"
+    (decompose,) = [call["messages"] for call in lm.history if DECOMPOSE in str(call["messages"])]
+    asked = decompose[-1]["content"]
+    found = retriever(QUESTION)
+    assert len(found.facts) == 2 and found.ranked_ids[:2].tolist() == [fact.id for fact in found.facts]  # the top K lead the ranking
+    top = [f"({retriever.facts.passages[int(retriever.facts.passage[i])].title}) {retriever.facts.text[i]}" for i in found.ranked_ids[:n]]
+    if n:
+        # the question's own top facts, in rank order, after the question; the demonstrations show facts too
+        assert len(top) == 2 and asked.index(top[0]) < asked.index(top[1]) and asked.index(QUESTION) < asked.index(top[0])
+        assert FACTS_NOTE in decompose[0]["content"] and "Kate Capshaw has been married to Steven Spielberg" in str(decompose)
+    else:
+        assert "[[ ## facts ## ]]" not in str(decompose) and FACTS_NOTE not in decompose[0]["content"]

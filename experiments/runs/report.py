@@ -465,6 +465,7 @@ def answer_path(settings: dict, system: str) -> str:
     words += [f"entity retries {settings['entity_retries']}"] if settings["entity_retries"] else []
     words += ["grounded hops"] if settings["grounded_hops"] else []
     words += ["comparison demos"] if settings["comparison_demos"] else []
+    words += [f"decomposer reads {settings['decompose_facts']} facts"] if settings.get("decompose_facts") else []
     words += ["hop answers grounded in any of the hop's facts"] if settings.get("grounded_in") == "evidence" else []
     words += ["bridges by rule"] if settings.get("bridge_rewrite") == "rule" else []
     words += ["answers chosen between named options"] if settings.get("choose_options") else []

@@ -66,6 +66,24 @@ COMPARISON_DEMOS = [
         sub_questions=["Who directed Jaws?", "Who directed Duel?", "What country is #1 from?", "What country is #2 from?"],
     ).with_inputs("question"),
 ]
+# the facts a decomposer that reads them is shown with each decomposition demo (same order)
+DECOMPOSE_FACTS = [
+    ["(Jaws (film)) Jaws is a 1975 American thriller film directed by Steven Spielberg.",
+     "(Leah Adler) Leah Adler was the mother of the film director Steven Spielberg."],
+    ["(Spielberg Prize) The Spielberg Prize is an award named after the director Steven Spielberg.",
+     "(Kate Capshaw) Kate Capshaw has been married to Steven Spielberg since 1991."],
+    ["(Jaws (film)) Jaws is a 1975 American thriller film directed by Steven Spielberg.",
+     "(Close Encounters of the Third Kind) Close Encounters of the Third Kind is a 1977 science fiction film."],
+    ["(Duel (1971 film)) Duel is a 1971 thriller film directed by Steven Spielberg.",
+     "(Jaws (film)) Jaws is a 1975 American thriller film directed by Steven Spielberg."],
+]
+
+
+def with_facts(demos: list[dspy.Example]) -> list[dspy.Example]:
+    """The decomposition demos as a decomposer that reads facts sees them."""
+    return [dspy.Example(**demo.toDict(), facts=facts).with_inputs("question", "facts") for demo, facts in zip(demos, DECOMPOSE_FACTS)]
+
+
 REWRITE_DEMOS = [
     dspy.Example(
         sub_question="Who is the mother of #1?", resolved=["#1 = Steven Spielberg"], question="Who is the mother of Steven Spielberg?"

@@ -41,10 +41,13 @@ from modules.lm.demos import (
     EXTRACT_DEMOS,
     GENERATE_DEMOS,
     REWRITE_DEMOS,
+    with_facts,
 )
 from modules.lm.pool import Encode, PooledPredict
 from modules.lm.references import REFERENCE, fill_references, references
 from modules.lm.signatures import (
+    FACTS_FIELD,
+    FACTS_NOTE,
     AnswerHop,
     ChooseAnswer,
     Decompose,
@@ -132,23 +135,30 @@ class Decomposer(dspy.Module):
     With `entity_retries`, a decomposition that drops or invents a named word of the question
     (`entity_problems`) is asked for again, warmer and past the cache, up to that many times; the
     first clean one wins, else the one with the fewest problems (the first among equals).
+
+    With `facts`, the decomposer also reads facts found for the whole question, so that its
+    sub-questions name the entities as the corpus does (its demonstrations show facts too).
     """
 
-    def __init__(self, comparisons: bool = False):
+    def __init__(self, comparisons: bool = False, facts: bool = False):
         super().__init__()
-        if comparisons:
-            self.decompose = _predictor(DecomposeComparisons, DECOMPOSE_DEMOS + COMPARISON_DEMOS)
-        else:
-            self.decompose = _predictor(Decompose, DECOMPOSE_DEMOS)
+        signature, demos = (DecomposeComparisons, DECOMPOSE_DEMOS + COMPARISON_DEMOS) if comparisons else (Decompose, DECOMPOSE_DEMOS)
+        if facts:
+            signature = signature.append("facts", FACTS_FIELD, list[str]).with_instructions(f"{signature.instructions} {FACTS_NOTE}")
+            demos = with_facts(demos)
+        self.reads_facts = facts
+        self.decompose = _predictor(signature, demos)
 
-    def forward(self, question: str, max_hops: int = 4, entity_retries: int = 0, encode: Encode | None = None) -> dspy.Prediction:
-        """`encode` chooses the demonstrations of a compiled pool (`modules.lm.pool`) for this question."""
+    def forward(self, question: str, max_hops: int = 4, entity_retries: int = 0, encode: Encode | None = None,
+                facts: Sequence[str] = ()) -> dspy.Prediction:
+        """`encode` chooses the demonstrations of a compiled pool (`modules.lm.pool`) for this
+        question; `facts` are what a decomposer built with `facts` reads beside it."""
         tried: list[tuple[int, int, list[str], list[str]]] = []
         failure: Exception | None = None
         for attempt in range(entity_retries + 1):
             config = past_cache(attempt, temperature=0.7)
             try:
-                sub_questions = self.sub_questions(question, max_hops, config, encode)
+                sub_questions = self.sub_questions(question, max_hops, config, encode, facts)
             except (MalformedOutput, ValueError) as error:  # a retry may still give a usable one
                 if not entity_retries:
                     raise
@@ -163,8 +173,9 @@ class Decomposer(dspy.Module):
         _, _, sub_questions, problems = min(tried)
         return dspy.Prediction(sub_questions=sub_questions, problems=problems, attempts=entity_retries + 1)
 
-    def sub_questions(self, question: str, max_hops: int, config: dict, encode: Encode | None = None) -> list[str]:
-        output = self.decompose(question=question, config=config, encode=encode)
+    def sub_questions(self, question: str, max_hops: int, config: dict, encode: Encode | None = None, facts: Sequence[str] = ()) -> list[str]:
+        read = {"facts": list(facts)} if self.reads_facts else {}
+        output = self.decompose(question=question, config=config, encode=encode, **read)
         sub_questions = [single_spaced(q) for q in output.sub_questions or []]
         sub_questions = [q for q in sub_questions if q]
         if not sub_questions:

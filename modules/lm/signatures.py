@@ -53,6 +53,11 @@ class DecomposeComparisons(Decompose):
     question stays whole."""
 
 
+FACTS_NOTE = ("The facts found for the whole question show which people, places and works it is about: "
+              "name them in the sub-questions as the facts do, and do not answer the question.")
+FACTS_FIELD = dspy.InputField(desc='facts found for the whole question, as "(passage title) statement"')
+
+
 class RewriteBridge(dspy.Signature):
     """Rewrite the sub-question as a standalone question by replacing each #k with its resolved
     answer. Do not answer it."""
