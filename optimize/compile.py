@@ -276,7 +276,12 @@ def pool_program(program: dspy.Module, settings: CompileConfig, questions: Seque
     predictors = dict(program.named_predictors())
     pooled = {}
     for name, examples in POOLS[settings.target].items():
-        pool = [{field: example[field] for field in predictors[name].signature.fields} for example in examples(questions, program)[: settings.train]]
+        made, fields = examples(questions, program)[: settings.train], list(predictors[name].signature.fields)
+        missing = next((field for field in fields for example in made[:1] if field not in example), None)
+        if missing:
+            raise HyperProveError(f"compile --optimizer similar: the gold examples of {name} have no {missing!r}, which this program's "
+                                  "predictor reads (compile it without the option that adds it)")
+        pool = [{field: example[field] for field in fields} for example in made]
         if not pool:
             raise HyperProveError(f"compile --optimizer similar: no {name} examples in {settings.questions}")
         predictors[name].use_pool(pool, settings.max_labeled_demos)

@@ -23,7 +23,7 @@ from optimize.compile import (
     pool_program,
     rewrite_examples,
 )
-from pipeline.config import CompileConfig, HyperProveConfig
+from pipeline.config import CompileConfig, HyperProveConfig, ProgramConfig
 from pipeline.program import HyperProve
 
 JAWS = Question(
@@ -249,6 +249,8 @@ def test_similar_pools_only_labelled_targets_and_shows_one_to_sixteen_a_call():
         pool_program(program, CompileConfig(optimizer="similar", max_labeled_demos=17), [JAWS])
     with pytest.raises(HyperProveError, match="compile --target steps: only --optimizer similar compiles it"):
         compile_program(program, CompileConfig(target="steps"), [JAWS], lm=None)
+    with pytest.raises(HyperProveError, match="the gold examples of decompose.decompose have no 'facts', which this program's predictor reads"):
+        pool_program(HyperProve(None, ProgramConfig(decompose_facts=3)), CompileConfig(optimizer="similar"), TRAINING)
     report = pool_program(program, CompileConfig(optimizer="similar", max_labeled_demos=2, keep_builtin=True), TRAINING)
     assert (report["pooled"], report["per_call"]) == ({"decompose.decompose": 4}, 2)
     assert report["demos"]["decompose.decompose"] == 4  # the built-in ones stay, ahead of the chosen ones
