@@ -254,6 +254,21 @@ def save_program(program: dspy.Module, path: str | Path) -> None:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+def check_pairing(settings: CompileConfig) -> None:
+    """Refuses, in one line and before any work, a target the optimizer cannot compile."""
+    from modules.lm.pool import MAX_PER_CALL
+
+    if settings.optimizer != "similar":
+        if settings.target not in TARGETS:
+            raise HyperProveError(f"compile --target {settings.target}: only --optimizer similar compiles it")
+        return
+    if settings.target not in POOLS:
+        raise HyperProveError(f"compile --optimizer similar: --target {settings.target} has no labelled examples to pool "
+                              f"(use {', '.join(POOLS)})")
+    if not 1 <= settings.max_labeled_demos <= MAX_PER_CALL:
+        raise HyperProveError(f"compile --optimizer similar: --labeled-demos {settings.max_labeled_demos} must be 1 to {MAX_PER_CALL} (shown per call)")
+
+
 # predictor -> its labelled examples, per target that `similar` pools (the hop reader's need the program's retriever)
 POOLS = {
     "decompose": {"decompose.decompose": lambda questions, program: decomposition_examples(questions)},
@@ -266,13 +281,7 @@ def pool_program(program: dspy.Module, settings: CompileConfig, questions: Seque
     """`similar`: each covered predictor pools the first `train` of its gold examples and is
     shown the `max_labeled_demos` nearest of them on each call (`modules.lm.pool`), after its
     built-in demonstrations with `keep_builtin`, instead of them otherwise. No LM call."""
-    from modules.lm.pool import MAX_PER_CALL
-
-    if settings.target not in POOLS:
-        raise HyperProveError(f"compile --optimizer similar: --target {settings.target} has no labelled examples to pool "
-                              f"(use {', '.join(POOLS)})")
-    if not 1 <= settings.max_labeled_demos <= MAX_PER_CALL:
-        raise HyperProveError(f"compile --optimizer similar: --labeled-demos {settings.max_labeled_demos} must be 1 to {MAX_PER_CALL} (shown per call)")
+    check_pairing(settings)
     predictors = dict(program.named_predictors())
     pooled = {}
     for name, examples in POOLS[settings.target].items():
@@ -306,8 +315,7 @@ def compile_program(program: dspy.Module, settings: CompileConfig, questions: Se
     """Compile the target part of `program` in place; returns what happened (scores, demos, sizes)."""
     if settings.optimizer == "similar":
         return pool_program(program, settings, questions)
-    if settings.target not in TARGETS:
-        raise HyperProveError(f"compile --target {settings.target}: only --optimizer similar compiles it")
+    check_pairing(settings)
     target = TARGETS[settings.target]
     train, val = split_examples(settings, target.examples(questions))
     part = target.part(program)
@@ -350,6 +358,7 @@ def run_compile(config, runtime=None, log: Callable[[str], None] = print) -> dic
     settings = config.compile
     if not settings.questions or not settings.corpus:
         raise HyperProveError("compile: give --questions and --corpus (or a --config with compile.questions and compile.corpus)")
+    check_pairing(settings)
     out = Path(settings.out or Path(".hyperprove") / "programs" / f"{settings.target}-{settings.optimizer}-{timestamp()}.json")
     check_own_file(out, is_program_file, "a compiled program", "--out")
     passages = load_corpus(settings.corpus)
