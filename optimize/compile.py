@@ -27,8 +27,9 @@ from experiments.data import Question, load_questions
 from experiments.metrics import f1_score
 from experiments.runs.tracking import active_run_id, tracked_run
 from modules.errors import HyperProveError
+from modules.lm.pool import ASKED, MAX_PER_CALL, Encode, representatives, unit_rows
 from modules.lm.references import fill_references, references
-from pipeline.config import CompileConfig
+from pipeline.config import CHOOSE, CompileConfig
 from pipeline.files import atomic_write_json, check_own_file, recover, sha256_file
 from pipeline.index.corpus import load_corpus
 from pipeline.lm.session import make_lm
@@ -91,7 +92,8 @@ def hop_examples(questions: Sequence[Question], program: dspy.Module) -> list[ds
     sees it: the step with the earlier gold answers filled in, the evidence the program would
     read for it (`HyperProve.hop_evidence` of a search without a frontier) cut to `DEMO_FACTS`
     facts that keep the supporting ones, the gold answer, and the numbers of the facts of the
-    step's gold passage that contain it. Made by rule and retrieval, without an LM."""
+    step's gold passage that contain it, and the question it is a step of (`asked`). Made by rule
+    and retrieval, without an LM."""
     from modules.lm.checks import contained
     from modules.lm.predictors import numbered_evidence
 
@@ -110,7 +112,7 @@ def hop_examples(questions: Sequence[Question], program: dspy.Module) -> list[ds
             shown = [evidence[i] for i in keep]
             examples.append(dspy.Example(
                 question=query, evidence=numbered_evidence(shown), answer=step.answer,
-                supporting=[n for n, i in enumerate(keep, start=1) if holds[i]],
+                supporting=[n for n, i in enumerate(keep, start=1) if holds[i]], asked=q.question,
             ).with_inputs("question", "evidence"))
     return examples
 
@@ -256,11 +258,11 @@ def save_program(program: dspy.Module, path: str | Path) -> None:
 
 def check_pairing(settings: CompileConfig) -> None:
     """Refuses, in one line and before any work, a target the optimizer cannot compile."""
-    from modules.lm.pool import MAX_PER_CALL
-
     if settings.optimizer != "similar":
         if settings.target not in TARGETS:
             raise HyperProveError(f"compile --target {settings.target}: only --optimizer similar compiles it")
+        if settings.choose != "call":
+            raise HyperProveError(f"compile --choose {settings.choose}: only --optimizer similar chooses among gold examples")
         return
     if settings.target not in POOLS:
         raise HyperProveError(f"compile --optimizer similar: --target {settings.target} has no labelled examples to pool "
@@ -277,25 +279,34 @@ POOLS = {
 }
 
 
-def pool_program(program: dspy.Module, settings: CompileConfig, questions: Sequence[Question]) -> dict:
-    """`similar`: each covered predictor pools the first `train` of its gold examples and is
-    shown the `max_labeled_demos` nearest of them on each call (`modules.lm.pool`), after its
-    built-in demonstrations with `keep_builtin`, instead of them otherwise. No LM call."""
+def pool_program(program: dspy.Module, settings: CompileConfig, questions: Sequence[Question], encode: Encode | None = None) -> dict:
+    """`similar`: each covered predictor takes the first `train` of its gold examples and shows
+    `max_labeled_demos` of them to each call, after its built-in demonstrations with
+    `keep_builtin`, instead of them otherwise. `choose` says which: the nearest to each call or
+    to the question asked (a pool, `modules.lm.pool`), or, with `encode`, the pool's
+    representatives, fixed once (`representatives`), which a prompt cache keeps. No LM call."""
     check_pairing(settings)
+    if settings.choose == "once" and encode is None:
+        raise HyperProveError("compile --choose once: choosing representatives needs the embedder (encode)")
     predictors = dict(program.named_predictors())
     pooled = {}
     for name, examples in POOLS[settings.target].items():
-        made, fields = examples(questions, program)[: settings.train], list(predictors[name].signature.fields)
-        missing = next((field for field in fields for example in made[:1] if field not in example), None)
-        if missing:
-            raise HyperProveError(f"compile --optimizer similar: the gold examples of {name} have no {missing!r}, which this program's "
-                                  "predictor reads (compile it without the option that adds it)")
-        pool = [{field: example[field] for field in fields} for example in made]
-        if not pool:
+        predictor, made = predictors[name], examples(questions, program)[: settings.train]
+        if not made:
             raise HyperProveError(f"compile --optimizer similar: no {name} examples in {settings.questions}")
-        predictors[name].use_pool(pool, settings.max_labeled_demos)
-        if not settings.keep_builtin:
-            predictors[name].demos = []
+        keys = [*predictor.signature.fields, ASKED]
+        pool = [{key: example[key] for key in keys if key in example} for example in made]
+        by = "question" if settings.choose == "question" and ASKED in pool[0] else "call"
+        try:
+            predictor.use_pool(pool, settings.max_labeled_demos, by)
+        except ValueError as error:
+            raise HyperProveError(f"compile --optimizer similar: {name}: {error}; compile it without the option that adds the field") from None
+        builtin = list(predictor.demos) if settings.keep_builtin else []
+        if settings.choose == "once":
+            chosen = representatives(unit_rows(encode, [example[predictor.key] for example in pool]), settings.max_labeled_demos)
+            predictor.use_pool([], 0)
+            builtin += [dspy.Example({field: pool[i][field] for field in predictor.signature.fields}) for i in chosen]
+        predictor.demos = builtin
         pooled[name] = len(pool)
     return {
         "target": settings.target,
@@ -306,15 +317,17 @@ def pool_program(program: dspy.Module, settings: CompileConfig, questions: Seque
         "val_after": None,
         "pooled": pooled,
         "per_call": settings.max_labeled_demos,
+        "choose": settings.choose,
         "demos": {name: len(predictor.demos) for name, predictor in program.named_predictors()},
     }
 
 
 def compile_program(program: dspy.Module, settings: CompileConfig, questions: Sequence[Question], lm, prompt_lm=None,
-                    threads: int = 1) -> dict:
-    """Compile the target part of `program` in place; returns what happened (scores, demos, sizes)."""
+                    threads: int = 1, encode: Encode | None = None) -> dict:
+    """Compile the target part of `program` in place; returns what happened (scores, demos, sizes).
+    `encode` (the index's query encoder) is what `similar --choose once` compares examples with."""
     if settings.optimizer == "similar":
-        return pool_program(program, settings, questions)
+        return pool_program(program, settings, questions, encode)
     check_pairing(settings)
     target = TARGETS[settings.target]
     train, val = split_examples(settings, target.examples(questions))
@@ -374,6 +387,8 @@ def run_compile(config, runtime=None, log: Callable[[str], None] = print) -> dic
         index, _ = cached_index(passages, config, runtime, log)
         runtime.embedder.load()
         program.retriever = index.retriever(config.retriever, runtime.embedder.encode_query)
+    if settings.choose == "once":
+        runtime.embedder.load()
     prompt_lm = make_lm(config.with_overrides(lm={"model": settings.prompt_lm}).lm) if settings.prompt_lm else None
     log(f"compile: {settings.target} with {settings.optimizer} on {settings.questions}, LM {session.id}")
     tags = {"hyperprove.kind": "compile", "hyperprove.lm": session.id, **source}
@@ -383,7 +398,8 @@ def run_compile(config, runtime=None, log: Callable[[str], None] = print) -> dic
 
             mlflow.dspy.autolog(log_compiles=True, log_traces=False, log_traces_from_compile=False, log_traces_from_eval=False, silent=True)
         started = time.perf_counter()
-        report = compile_program(program, settings, questions, session.lm, prompt_lm, threads=config.lm.concurrency)
+        report = compile_program(program, settings, questions, session.lm, prompt_lm, threads=config.lm.concurrency,
+                                 encode=runtime.embedder.encode_query if settings.choose == "once" else None)
         report.update(seconds=round(time.perf_counter() - started, 1), lm_calls=session.calls(), lm=session.id, program=str(out))
         save_program(program, out)
         if session.record is not None and report["lm_calls"]:  # the LM calls it made, replayable with --replay
@@ -400,7 +416,8 @@ def run_compile(config, runtime=None, log: Callable[[str], None] = print) -> dic
     if report.get("val_selects"):
         scores += f" ({settings.optimizer} also chose on them, so the second grade is optimistic: evaluate on dev to know)"
     log(f"compiled {settings.target} in {report['seconds']:.0f} s ({report['lm_calls']} LM calls){scores}")
-    log(f"demos per predictor: {report['demos']}" + (f"; pooled, {report['per_call']} nearest shown per call: {report['pooled']}" if "pooled" in report else ""))
+    log(f"demos per predictor: {report['demos']}" + (f"; gold examples, {CHOOSE[report['choose']].format(n=report['per_call'])}: {report['pooled']}"
+                                                      if "pooled" in report else ""))
     log(f"program written to {out} (how it was made: {record_path(out)}"
         + (f"; its {report['lm_record']['calls']} LM calls: {calls_path(out)}" if "lm_record" in report else "") + f"); use it with --program {out}")
     return report

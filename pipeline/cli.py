@@ -19,7 +19,7 @@ from typing import Callable
 
 from modules.config import TUNABLES
 from modules.errors import HyperProveError, UnrecordedCall, first_line
-from pipeline.config import _SECTIONS, ADAPTERS, BRIDGE_REWRITES, EXTRACTORS, READER_EVIDENCE, HyperProveConfig
+from pipeline.config import _SECTIONS, ADAPTERS, BRIDGE_REWRITES, CHOOSE, EXTRACTORS, READER_EVIDENCE, HyperProveConfig
 
 LM_ERROR_MODULES = {"litellm", "openai", "httpx", "httpcore"}  # besides DSPy's own LMError
 
@@ -345,8 +345,8 @@ def build_parser() -> argparse.ArgumentParser:
                 "decompose, rewrite, or steps (decompose and the hop reader): supervised by gold decompositions; "
                 "program: every predictor, against answer F1")
     config_flag(compile_, "--optimizer", "compile.optimizer",
-                "bootstrap: BootstrapFewShot; mipro: MIPROv2; gepa: GEPA; similar: every gold example pooled, the "
-                "--labeled-demos nearest shown to each call (no LM)")
+                "bootstrap: BootstrapFewShot; mipro: MIPROv2; gepa: GEPA; similar: --labeled-demos gold examples "
+                "shown to each call, chosen by --choose (no LM)")
     config_flag(compile_, "--skip", "compile.skip", "leave out the first N questions (kept for checking)")
     config_flag(compile_, "--train", "compile.train", "the first N examples to compile on (similar: to pool)")
     config_flag(compile_, "--val", "compile.val", "the next N examples, graded before and after (0: none)")
@@ -354,6 +354,8 @@ def build_parser() -> argparse.ArgumentParser:
     config_flag(compile_, "--labeled-demos", "compile.max_labeled_demos",
                 "gold examples as demonstrations (decompose, rewrite; similar: per call); 0: the teacher answers with the "
                 "program's own demonstrations, and only its graded traces are kept")
+    config_flag(compile_, "--choose", "compile.choose",
+                "similar, which gold examples a predictor shows: " + "; ".join(f"{k}: {v.format(n='--labeled-demos')}" for k, v in CHOOSE.items()))
     config_flag(compile_, "--keep-builtin-demos", "compile.keep_builtin", "keep the built-in demonstrations, ahead of the compiled ones",
                 shown="the compiled ones replace them", action="store_const", const=True)
     config_flag(compile_, "--threshold", "compile.threshold", "grade a bootstrapped trace must reach",

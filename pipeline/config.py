@@ -298,6 +298,11 @@ class SweepConfig:
 
 COMPILE_TARGETS = ("decompose", "rewrite", "steps", "program")
 COMPILE_OPTIMIZERS = ("bootstrap", "mipro", "gepa", "similar")
+CHOOSE = {  # which of its gold examples a predictor compiled by `similar` shows (words for one with n shown)
+    "call": "the {n} nearest to each call shown",
+    "question": "the {n} nearest to the question asked shown, the same on each of its calls",
+    "once": "{n} representatives shown to every call",
+}
 
 
 @config_section("compile")
@@ -319,6 +324,7 @@ class CompileConfig:
     prompt_lm: str | None = None  # LiteLLM id proposing instructions (MIPROv2) or reflecting (GEPA); default: the LM
     seed: int = Field(0, ge=0, le=2**32 - 1)
     keep_builtin: bool = False  # the built-in demonstrations stay, ahead of the compiled ones
+    choose: typing.Literal[tuple(CHOOSE)] = "call"  # similar: one of CHOOSE
     out: str | None = None  # compiled program JSON (default .hyperprove/programs/<target>-<optimizer>-<time>.json)
 
 

@@ -21,7 +21,7 @@ from dspy.utils.exceptions import AdapterParseError
 
 from modules.errors import HyperProveError
 from modules.facts import ScoredFact
-from modules.lm.pool import MAX_PER_CALL
+from modules.lm.pool import BY, MAX_PER_CALL
 from modules.lm.predictors import (
     EVIDENCE_PASSAGES,
     AnswerGenerator,
@@ -85,7 +85,7 @@ class HyperProve(dspy.Module):
             evidence = self.hop_evidence(hop)
             try:
                 reading = self.answer_hop(question=query, facts=evidence, grounded=config.grounded_hops, grounded_in=config.grounded_in,
-                                          countries=config.country_names, encode=self.retriever.encode)
+                                          countries=config.country_names, encode=self.retriever.encode, asked=question)
                 answer, supporting = reading.answer, reading.supporting
                 if reading.replaced is not None:
                     fallbacks.append(f"answer {number}: {reading.replaced!r} {reading.why}; their span {answer!r} replaces it")
@@ -185,7 +185,7 @@ class HyperProve(dspy.Module):
 
 
 # --- building and running the program --------------------------------------------------------------
-PREDICTOR_STATE = {"demos", "signature", "traces", "train", "lm", "pool", "per_call"}  # what our predictors' dump_state writes (`PooledPredict`)
+PREDICTOR_STATE = {"demos", "signature", "traces", "train", "lm", "pool", "per_call", "by"}  # what our predictors' dump_state writes (`PooledPredict`)
 
 
 def _json_value(value) -> bool:
@@ -227,6 +227,8 @@ def program_state(state: dict, own: dict, path: str) -> dict:
         per_call = entry.get("per_call", 0)
         if not isinstance(per_call, int) or isinstance(per_call, bool) or not 0 <= per_call <= MAX_PER_CALL:
             raise refuse(f"{name}.per_call", f"must be a whole number from 0 to {MAX_PER_CALL}")
+        if entry.get("by", "call") not in BY:
+            raise refuse(f"{name}.by", f"must be one of {', '.join(BY)}")
         signature = entry.get("signature", own[name]["signature"])
         fields = signature.get("fields") if isinstance(signature, dict) else None
         if (not isinstance(signature, dict) or set(signature) - {"instructions", "fields"} or not isinstance(signature.get("instructions"), str)
@@ -234,7 +236,7 @@ def program_state(state: dict, own: dict, path: str) -> dict:
                 or not all(isinstance(f, dict) and set(f) == {"prefix", "description"} and all(isinstance(v, str) for v in f.values()) for f in fields)):
             raise refuse(f"{name}.signature", "must hold the instructions (text) and, per field of the predictor, its prefix and description (texts)")
         checked[name] = {"traces": [], "train": [], "demos": entry.get("demos", []), "signature": signature, "lm": None,
-                         "pool": entry.get("pool", []), "per_call": per_call}
+                         "pool": entry.get("pool", []), "per_call": per_call, "by": entry.get("by", "call")}
     return checked
 
 

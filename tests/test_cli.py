@@ -602,6 +602,20 @@ def test_compile_steps_pools_gold_steps_that_evaluate_shows_by_similarity(files,
     assert TRAIN[0]["question"] in decompose_prompt and TRAIN[1]["question"] in decompose_prompt
     assert "When did #2 die?" not in decompose_prompt and "Spielberg Prize" not in decompose_prompt
 
+    for choose in ("question", "once"):
+        code, out, _ = run_scripted(capsys, scripted_cli, "compile", "--questions", files / "train.json", "--corpus", files / "corpus.json",
+                                    "--target", "steps", "--optimizer", "similar", "--choose", choose, "--labeled-demos", 2, "--out", program,
+                                    "--embedder", "test-hash", "--cache-dir", tmp_path / "cache", "--no-track")
+        state = json.loads(program.read_text())
+        if choose == "question":  # the hop examples know their question; the decomposer's calls are one a question already
+            assert "shown, the same on each of its calls" in out
+            assert state["answer_hop.answer"]["by"] == "question" and "by" not in state["decompose.decompose"]
+            assert {example["asked"] for example in state["answer_hop.answer"]["pool"]} == {q["question"] for q in TRAIN}
+        else:  # two fixed demonstrations each, no pool
+            assert "2 representatives shown to every call" in out
+            assert [len(state[name]["demos"]) for name in ("decompose.decompose", "answer_hop.answer")] == [2, 2]
+            assert "pool" not in state["decompose.decompose"] and "pool" not in state["answer_hop.answer"]
+
     code, _, err = run_scripted(capsys, scripted_cli, "compile", "--questions", files / "train.json", "--corpus", files / "corpus.json",
                                 "--target", "program", "--optimizer", "similar", "--embedder", "test-hash", "--no-track")
     assert code == 2 and err == ("error: compile --optimizer similar: --target program has no labelled examples to pool "

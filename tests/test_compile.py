@@ -5,6 +5,7 @@ import json
 import re
 
 import dspy
+import numpy as np
 import pytest
 
 from experiments.data import GoldHop, Question
@@ -249,10 +250,40 @@ def test_similar_pools_only_labelled_targets_and_shows_one_to_sixteen_a_call():
         pool_program(program, CompileConfig(optimizer="similar", max_labeled_demos=17), [JAWS])
     with pytest.raises(HyperProveError, match="compile --target steps: only --optimizer similar compiles it"):
         compile_program(program, CompileConfig(target="steps"), [JAWS], lm=None)
-    with pytest.raises(HyperProveError, match="the gold examples of decompose.decompose have no 'facts', which this program's predictor reads"):
+    with pytest.raises(HyperProveError, match=re.escape("decompose.decompose: pool example 1 has no 'facts' (the predictor reads question, facts, sub_questions); "
+                                                 "compile it without the option that adds the field")):
         pool_program(HyperProve(None, ProgramConfig(decompose_facts=3)), CompileConfig(optimizer="similar"), TRAINING)
     report = pool_program(program, CompileConfig(optimizer="similar", max_labeled_demos=2, keep_builtin=True), TRAINING)
     assert (report["pooled"], report["per_call"]) == ({"decompose.decompose": 4}, 2)
     assert report["demos"]["decompose.decompose"] == 4  # the built-in ones stay, ahead of the chosen ones
     pooled = program.decompose.decompose.pool
     assert pooled[1] == {"question": "Who is the spouse of the Green performer?", "sub_questions": ["Who performed Green?", "Who is the spouse of #1?"]}
+
+
+def test_representatives_cover_the_examples_greedily_worked_by_hand():
+    from modules.lm.pool import representatives
+
+    rows = np.array([[1, 0], [1, 0], [0, 1], [0.6, 0.8]], dtype=np.float32)
+    # Column sums of the clipped cosines: 2.6, 2.6, 1.8, 3.0 -> the fourth. What it leaves: rows served 0.6, 0.6, 0.8, 1;
+    # the first adds 0.4 + 0.4 (the second the same, a higher index), the third 0.2 -> the first; then the third adds 0.2.
+    assert representatives(rows, 3) == [3, 0, 2]
+    assert representatives(rows, 9) == [3, 0, 2, 1]
+
+
+def test_similar_once_fixes_the_representatives_as_demonstrations_and_keeps_no_pool():
+    # vectors chosen so that the representatives are known: those of the rows above, in TRAINING's order
+    vectors = {q.question: np.array(row, dtype=np.float32) for q, row in zip(TRAINING, [[1, 0], [1, 0], [0, 1], [0.6, 0.8]])}
+    program = HyperProve(None)
+    with pytest.raises(HyperProveError, match="compile --choose once: choosing representatives needs the embedder"):
+        pool_program(program, CompileConfig(optimizer="similar", choose="once"), TRAINING)
+    with pytest.raises(HyperProveError, match="compile --choose once: only --optimizer similar chooses among gold examples"):
+        compile_program(program, CompileConfig(optimizer="bootstrap", choose="once"), TRAINING, lm=None)
+    report = compile_program(program, CompileConfig(optimizer="similar", choose="once", max_labeled_demos=2), TRAINING, lm=None,
+                             encode=vectors.__getitem__)
+    assert (report["choose"], report["pooled"], report["demos"]["decompose.decompose"]) == ("once", {"decompose.decompose": 4}, 2)
+    predictor = program.decompose.decompose
+    assert predictor.pool == [] and "pool" not in predictor.dump_state()
+    assert [demo.toDict() for demo in predictor.demos] == [
+        {"question": "Who founded the label of Hungry Eyes?", "sub_questions": ["Which label released Hungry Eyes?", "Who founded #1?"]},
+        {"question": JAWS.question, "sub_questions": ["Who directed Jaws?", "Who was the mother of #1?", "When did #2 die?"]},
+    ]

@@ -404,6 +404,37 @@ def test_a_pooled_predictor_shows_the_nearest_gold_examples_and_never_the_questi
     assert "Duel" not in plain
 
 
+HOPS = [  # hop examples and the questions they were steps of; asked "When was the director of Jaws born?", the first two
+    # questions share 6 of their 7 words with it (cosine 6/7), the third 2 of 7 (2/7), the fourth is the asked question itself
+    {"question": "Who directed Duel?", "answer": "Steven Spielberg", "asked": "When was the director of Duel born?"},
+    {"question": "When was Steven Spielberg born?", "answer": "1946", "asked": "When was the director of Duel born?"},
+    {"question": "Where is Cleveland?", "answer": "Ohio", "asked": "In which state was Eric Carmen born?"},
+    {"question": "Who directed Jaws?", "answer": "the asked question's own step", "asked": "when was the director of  Jaws born?"},
+]
+
+
+def test_a_pool_chosen_by_the_question_asked_shows_the_same_steps_on_every_hop_in_their_order():
+    from modules.lm.pool import PooledPredict
+    from tests.support import HashEmbedder
+
+    encode, asked = HashEmbedder().encode_query, "When was the director of Jaws born?"
+    hops = [{**hop, "evidence": [f"[1] {hop['answer']}"], "supporting": [1]} for hop in HOPS]
+    predictor = PooledPredict("question, evidence -> answer, supporting: list[int]")
+    with pytest.raises(ValueError, match="pool example 1 has no 'asked'"):
+        predictor.use_pool([{key: value for key, value in hop.items() if key != "asked"} for hop in hops], per_call=3, by="question")
+    predictor.use_pool(hops, per_call=3, by="question")
+    shown = [{key: hop[key] for key in ("question", "evidence", "answer", "supporting")} for hop in hops]
+    # the farthest first, the nearest last; the two steps of one question tie, and keep their order
+    assert predictor.nearest(asked, encode) == [shown[2], shown[0], shown[1]]
+    lm = DummyLM([{"answer": "Steven Spielberg", "supporting": [1]}, {"answer": "1946", "supporting": [1]}])
+    with dspy.context(lm=lm):
+        predictor(question="Who directed Jaws?", evidence=["[1] Jaws was directed by Steven Spielberg."], encode=encode, asked=asked)
+        predictor(question="When was Steven Spielberg born?", evidence=["[1] Spielberg was born in 1946."], encode=encode, asked=asked)
+    first, second = (call["messages"] for call in lm.history)
+    assert first[:-1] == second[:-1] and first[-1] != second[-1]  # one prefix for both hops: a prompt cache keeps it
+    assert "Where is Cleveland?" in str(first) and "own step" not in str(first) and "Duel born" not in str(first)
+
+
 def test_a_pool_is_saved_with_the_program_and_checked_when_loaded(retriever, tmp_path):
     import json
 
@@ -412,16 +443,21 @@ def test_a_pool_is_saved_with_the_program_and_checked_when_loaded(retriever, tmp
 
     program = HyperProve(retriever)
     program.decompose.decompose.use_pool(POOL, per_call=3)
+    hops = [{**hop, "evidence": [], "supporting": []} for hop in HOPS]
+    program.answer_hop.answer.use_pool(hops, per_call=2, by="question")
     program.save(tmp_path / "program.json")
     loaded = load_compiled(HyperProve(retriever), str(tmp_path / "program.json"))
-    assert (loaded.decompose.decompose.pool, loaded.decompose.decompose.per_call) == (POOL, 3)
-    assert loaded.answer_hop.answer.pool == [] and "pool" not in loaded.answer_hop.answer.dump_state()
+    assert (loaded.decompose.decompose.pool, loaded.decompose.decompose.per_call, loaded.decompose.decompose.by) == (POOL, 3, "call")
+    assert (loaded.answer_hop.answer.pool, loaded.answer_hop.answer.by) == (hops, "question")
+    assert HyperProve(retriever).answer_hop.answer.pool == [] and "pool" not in HyperProve(retriever).answer_hop.answer.dump_state()
     state = json.loads((tmp_path / "program.json").read_text())
     for change, problem in [
         ({"per_call": 17}, "decompose.decompose.per_call: must be a whole number from 0 to 16"),
         ({"per_call": "3"}, "decompose.decompose.per_call: must be a whole number from 0 to 16"),
         ({"pool": {"question": "x"}}, "decompose.decompose.pool: must be a list of objects of plain JSON values"),
         ({"pool": [{"question": "Who directed Duel?"}]}, "pool example 1 has no 'sub_questions'"),
+        ({"by": "nearest"}, "decompose.decompose.by: must be one of call, question"),
+        ({"by": "question"}, "pool example 1 has no 'asked'"),
     ]:
         (tmp_path / "bad.json").write_text(json.dumps({**state, "decompose.decompose": {**state["decompose.decompose"], **change}}))
         with pytest.raises(HyperProveError, match=re.escape(problem)):

@@ -38,7 +38,7 @@ from experiments.runs.results import (
 from experiments.stats import describe_difference, paired_difference
 from modules.config import TUNABLES
 from modules.errors import HyperProveError
-from pipeline.config import LMConfig, ProgramConfig
+from pipeline.config import CHOOSE, LMConfig, ProgramConfig
 from pipeline.files import atomic_write_bytes, read_json
 
 OURS = ("hyperprove", "hyperprove-fixed", "hyperprove-passages")  # never "the best peer"
@@ -277,8 +277,8 @@ def compiled_program(run: dict, runs: Sequence[dict] = ()) -> list[str]:
     grades = (f"; its grade on {made['val_examples']} {held_out} went from {made['val_before']:.2f} to "
               f"{made['val_after']:.2f}") if made.get("val_examples") else ""
     pooled = made.get("pooled", {})
-    examples = (f"{' and '.join(f'{n} {name} examples' for name, n in pooled.items())} pooled, the {made['per_call']} nearest shown per call"
-                if pooled else f"{made['train_examples']} training examples")
+    examples = (f"{' and '.join(f'{n} {name} examples' for name, n in pooled.items())} of gold steps, "
+                + CHOOSE[made.get("choose", "call")].format(n=made["per_call"]) if pooled else f"{made['train_examples']} training examples")
     return [f"Program: `{compiled}`{same}, compiled by `hyperprove compile` ({made['target']} with {made['optimizer']}, "
             f"{examples}, {made['lm_calls']} LM calls, "
             f"commit {str(made.get('git_commit', '?'))[:10]}){grades}.", "", *lines]

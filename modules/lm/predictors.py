@@ -247,12 +247,13 @@ class HopAnswerer(dspy.Module):
         self.answer = _predictor(AnswerHop, ANSWER_HOP_DEMOS)
 
     def forward(self, question: str, facts: Sequence[ScoredFact], grounded: bool = False, grounded_in: str = "cited",
-                countries: bool = False, encode: Encode | None = None) -> dspy.Prediction:
-        """`encode` chooses the demonstrations of a compiled pool (`modules.lm.pool`) for this hop."""
+                countries: bool = False, encode: Encode | None = None, asked: str | None = None) -> dspy.Prediction:
+        """`encode` chooses the demonstrations of a compiled pool (`modules.lm.pool`) for this hop,
+        by the hop or by `asked`, the question the program was asked."""
         evidence = numbered_evidence(facts)
         for attempt in range(2 if grounded else 1):
             config = past_cache(attempt, temperature=0.7)
-            output = self.answer(question=question, evidence=evidence, config=config, encode=encode)
+            output = self.answer(question=question, evidence=evidence, config=config, encode=encode, asked=asked)
             answer = single_spaced(output.answer)
             if not answer:
                 raise MalformedOutput(f"no answer to {question!r}")
