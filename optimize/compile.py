@@ -282,7 +282,7 @@ POOLS = {
 def pool_program(program: dspy.Module, settings: CompileConfig, questions: Sequence[Question], encode: Encode | None = None) -> dict:
     """`similar`: each covered predictor takes the first `train` of its gold examples and shows
     `max_labeled_demos` of them to each call, after its built-in demonstrations with
-    `keep_builtin`, instead of them otherwise. `choose` says which: the nearest to each call or
+    `keep_builtin`, instead of them otherwise; a pool the program already holds is kept, ahead. `choose` says which: the nearest to each call or
     to the question asked (a pool, `modules.lm.pool`), or, with `encode`, the pool's
     representatives, fixed once (`representatives`), which a prompt cache keeps. No LM call."""
     check_pairing(settings)
@@ -295,7 +295,8 @@ def pool_program(program: dspy.Module, settings: CompileConfig, questions: Seque
         if not made:
             raise HyperProveError(f"compile --optimizer similar: no {name} examples in {settings.questions}")
         keys = [*predictor.signature.fields, ASKED]
-        pool = [{key: example[key] for key in keys if key in example} for example in made]
+        # a program compiled before (`--program`) keeps its pool: compiles on several sets' questions add up
+        pool = list(predictor.pool) + [{key: example[key] for key in keys if key in example} for example in made]
         by = "question" if settings.choose == "question" and ASKED in pool[0] else "call"
         try:
             predictor.use_pool(pool, settings.max_labeled_demos, by)

@@ -258,6 +258,10 @@ def test_similar_pools_only_labelled_targets_and_shows_one_to_sixteen_a_call():
     assert report["demos"]["decompose.decompose"] == 4  # the built-in ones stay, ahead of the chosen ones
     pooled = program.decompose.decompose.pool
     assert pooled[1] == {"question": "Who is the spouse of the Green performer?", "sub_questions": ["Who performed Green?", "Who is the spouse of #1?"]}
+    # compiling the program again (`--program`) on more questions adds theirs to its pool
+    report = pool_program(program, CompileConfig(optimizer="similar", max_labeled_demos=3), TRAINING[3:])
+    assert (report["pooled"], program.decompose.decompose.per_call) == ({"decompose.decompose": 5}, 3)
+    assert program.decompose.decompose.pool == pooled + [{"question": TRAINING[3].question, "sub_questions": ["Which label released Hungry Eyes?", "Who founded #1?"]}]
 
 
 def test_representatives_cover_the_examples_greedily_worked_by_hand():
