@@ -280,11 +280,12 @@ POOLS = {
 
 
 def pool_program(program: dspy.Module, settings: CompileConfig, questions: Sequence[Question], encode: Encode | None = None) -> dict:
-    """`similar`: each covered predictor takes the first `train` of its gold examples and shows
-    `max_labeled_demos` of them to each call, after its built-in demonstrations with
-    `keep_builtin`, instead of them otherwise; a pool the program already holds is kept, ahead. `choose` says which: the nearest to each call or
-    to the question asked (a pool, `modules.lm.pool`), or, with `encode`, the pool's
-    representatives, fixed once (`representatives`), which a prompt cache keeps. No LM call."""
+    """`similar`: each covered predictor takes the first `train` of its gold examples (after any
+    pool the program already holds) and shows `max_labeled_demos` of them to each call, after its
+    built-in demonstrations with `keep_builtin`, instead of them otherwise. `choose` says which:
+    the nearest to each call or to the question asked (a pool, `modules.lm.pool`), or, with
+    `encode`, the pool's representatives, fixed once (`representatives`), which a prompt cache
+    keeps. No LM call."""
     check_pairing(settings)
     if settings.choose == "once" and encode is None:
         raise HyperProveError("compile --choose once: choosing representatives needs the embedder (encode)")

@@ -60,9 +60,14 @@ class PooledPredict(dspy.Predict):
         self._vectors: tuple[int, np.ndarray] | None = None  # the pool's keys, encoded once per encoder (by its id: copies stay light)
 
     @property
+    def question_field(self) -> str:
+        """The signature's first input: the question a call asks."""
+        return next(iter(self.signature.input_fields))
+
+    @property
     def key(self) -> str:
-        """The field of a pool example searched: the signature's first input (the question), or `asked`."""
-        return ASKED if self.by == "question" else next(iter(self.signature.input_fields))
+        """The field of a pool example searched: the question field, or `asked` by question."""
+        return ASKED if self.by == "question" else self.question_field
 
     def use_pool(self, pool: list[dict], per_call: int, by: str = "call") -> None:
         """Raises ValueError for a pool example without one of the signature's fields (or `asked`, by question)."""
@@ -92,7 +97,7 @@ class PooledPredict(dspy.Predict):
         """With a pool and an `encode`, this call's demos are the fixed ones and the nearest of the
         pool to the call (or, by question, to `asked`, the question the program was asked)."""
         if self.pool and self.per_call and encode is not None and "demos" not in kwargs:
-            text = asked if self.by == "question" and asked is not None else kwargs[next(iter(self.signature.input_fields))]
+            text = asked if self.by == "question" and asked is not None else kwargs[self.question_field]
             kwargs["demos"] = list(self.demos) + self.nearest(str(text), encode)
         return super().forward(**kwargs)
 
