@@ -151,7 +151,8 @@ class EvaluationSetup:
     def reader(self, search: Callable[[str], list[int]]):
         """A system's top passages read by the program's final reader (compiled, when given)."""
 
-        return self._prepare_reader(PassageReader(search, self.passages, EVIDENCE_PASSAGES, choose=self.config.program.choose_options))
+        return self._prepare_reader(PassageReader(search, self.passages, EVIDENCE_PASSAGES, choose=self.config.program.choose_options,
+                                                  encode=self.embedder.encode_query))
 
 
 def make_setup(config, passages, embedder, load_index: Callable | None, needs_index: bool, index_label: str):

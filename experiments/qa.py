@@ -26,11 +26,13 @@ from pipeline.serve.pages import reached_passages
 
 
 class PassageReader(dspy.Module):
-    """Baseline reader: a system's top-k passages for the question, read by the program's final reader."""
+    """Baseline reader: a system's top-k passages for the question, read by the program's final
+    reader (`encode` chooses its demonstrations where a compiled program gave it a pool)."""
 
-    def __init__(self, search: Callable[[str], list[int]], passages: Sequence[Passage], k: int = 5, choose: bool = False):
+    def __init__(self, search: Callable[[str], list[int]], passages: Sequence[Passage], k: int = 5, choose: bool = False,
+                 encode: Callable[[str], np.ndarray] | None = None):
         super().__init__()
-        self.search, self.passages, self.k, self.choose = search, passages, k, choose
+        self.search, self.passages, self.k, self.choose, self.encode = search, passages, k, choose, encode
         self.generate = AnswerGenerator()
 
     def forward(self, question: str) -> dspy.Prediction:
@@ -42,7 +44,7 @@ class PassageReader(dspy.Module):
         evidence = [evidence_line(self.passages[p].title, self.passages[p].text) for p in ranked[: self.k]]
         fallbacks, before_choice = [], None
         try:
-            reading = self.generate(question=question, evidence=evidence, choose=self.choose)
+            reading = self.generate(question=question, evidence=evidence, choose=self.choose, encode=self.encode)
             answer, before_choice = reading.answer, reading.replaced
             if reading.replaced is not None:
                 fallbacks.append(reading.note)

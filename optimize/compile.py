@@ -4,6 +4,8 @@ A target names what is compiled and what it is graded against:
 - `decompose`: the Decomposer alone, supervised by the gold decompositions (MuSiQue's, 2Wiki's; step 4);
 - `rewrite`: the BridgeRewriter alone, on the gold sub-questions with "#k" and the gold answers
   of the earlier steps, against the gold sub-question with the answers filled in (step 5);
+- `steps` and `final` (`--optimizer similar` only): the decomposer and the hop reader on gold
+  steps, or the final reader on gold passages (step 11), shown by similarity (`modules.lm.pool`);
 - `program`: the whole HyperProve program (every predictor) against answer F1.
 
 The optimizer is BootstrapFewShot, MIPROv2 or GEPA. Whatever is compiled, the result is loaded
@@ -114,6 +116,35 @@ def hop_examples(questions: Sequence[Question], program: dspy.Module) -> list[ds
                 question=query, evidence=numbered_evidence(shown), answer=step.answer,
                 supporting=[n for n, i in enumerate(keep, start=1) if holds[i]], asked=q.question,
             ).with_inputs("question", "evidence"))
+    return examples
+
+
+def final_examples(questions: Sequence[Question], program: dspy.Module) -> list[dspy.Example]:
+    """Every question as the final reader (step 11) could see it with its gold evidence: the gold
+    steps answered ("step -> answer", where a decomposition is given), then from each gold passage
+    its facts that contain the answer and then those nearest the question, `DEMO_FACTS` facts
+    in all shared among the passages (at least one each), in the passages' own order; the gold
+    answer. A question whose answer (other than yes or no) nothing shown contains is left out.
+    Any set with gold passages serves (HotpotQA's comparisons too). Made by rule and retrieval,
+    without an LM."""
+    from modules.lm.checks import contained
+    from modules.lm.predictors import evidence_line
+
+    retriever, examples = program.retriever, []
+    for q in questions:
+        if not q.gold_passages:
+            continue
+        answers = [step.answer for step in q.decomposition]
+        answered = [f"{fill_references(natural_step(step.question), answers)} -> {step.answer}" for step in q.decomposition]
+        vector, each = retriever.encode(q.question), max(1, DEMO_FACTS // len(q.gold_passages))
+        facts = []
+        for passage in q.gold_passages:
+            scored = retriever.passage_facts(passage, vector)
+            order = sorted(range(len(scored)), key=lambda i: (not contained(q.answer, [f"{scored[i].title} {scored[i].text}"]), -scored[i].cos, i))
+            facts += [evidence_line(scored[i].title, scored[i].text) for i in sorted(order[:each])]
+        evidence = answered + facts
+        if contained(q.answer, evidence):
+            examples.append(dspy.Example(question=q.question, evidence=evidence, answer=q.answer, asked=q.question).with_inputs("question", "evidence"))
     return examples
 
 
@@ -236,7 +267,7 @@ def split_examples(settings: CompileConfig, examples: list[dspy.Example]) -> tup
     train, val = examples[: settings.train], examples[settings.train : settings.train + settings.val]
     if not train:
         raise HyperProveError(f"compile --target {settings.target}: no training examples in {settings.questions}"
-                              + (" (it needs gold decompositions: MuSiQue, 2Wiki)" if settings.target != "program" else ""))
+                              + (" (it needs gold decompositions: MuSiQue, 2Wiki)" if settings.target in DECOMPOSED else ""))
     return train, val
 
 
@@ -276,7 +307,10 @@ POOLS = {
     "decompose": {"decompose.decompose": lambda questions, program: decomposition_examples(questions)},
     "rewrite": {"rewrite.rewrite": lambda questions, program: rewrite_examples(questions)},
     "steps": {"decompose.decompose": lambda questions, program: decomposition_examples(questions), "answer_hop.answer": hop_examples},
+    "final": {"generate.generate": final_examples},
 }
+RETRIEVING = ("program", "steps", "final")  # targets whose examples or grades need the index's retriever
+DECOMPOSED = ("decompose", "rewrite", "steps")  # targets made from gold decompositions
 
 
 def pool_program(program: dspy.Module, settings: CompileConfig, questions: Sequence[Question], encode: Encode | None = None) -> dict:
@@ -380,12 +414,12 @@ def run_compile(config, runtime=None, log: Callable[[str], None] = print) -> dic
     questions = load_questions(settings.questions, passages)[settings.skip :]
     if not questions:
         raise HyperProveError(f"compile: --skip {settings.skip} leaves none of the questions in {settings.questions}")
-    if settings.target != "program" and not any(q.decomposition for q in questions):
+    if settings.target in DECOMPOSED and not any(q.decomposition for q in questions):
         raise HyperProveError(f"{settings.questions}: --target {settings.target} needs gold decompositions (MuSiQue's or 2Wiki's); none found")
     program = program_for(None, config)  # from --program, when given: compiling continues from it
     runtime = runtime or Runtime(config)
     session = runtime.session
-    if settings.target in ("program", "steps"):  # decompose and rewrite are compiled without retrieval
+    if settings.target in RETRIEVING:
         index, _ = cached_index(passages, config, runtime, log)
         runtime.embedder.load()
         program.retriever = index.retriever(config.retriever, runtime.embedder.encode_query)

@@ -343,7 +343,7 @@ def build_parser() -> argparse.ArgumentParser:
     config_flag(compile_, "--corpus", "compile.corpus", "corpus JSON the questions refer to")
     config_flag(compile_, "--target", "compile.target",
                 "decompose, rewrite, or steps (decompose and the hop reader): supervised by gold decompositions; "
-                "program: every predictor, against answer F1")
+                "final: the final reader, shown gold passages' facts (similar); program: every predictor, against answer F1")
     config_flag(compile_, "--optimizer", "compile.optimizer",
                 "bootstrap: BootstrapFewShot; mipro: MIPROv2; gepa: GEPA; similar: --labeled-demos gold examples "
                 "shown to each call, chosen by --choose (no LM)")

@@ -296,7 +296,7 @@ class SweepConfig:
                     raise HyperProveError(f"sweep config: {name}={low_high!r} reaches {end!r}, outside the retriever's range for {name}")
 
 
-COMPILE_TARGETS = ("decompose", "rewrite", "steps", "program")
+COMPILE_TARGETS = ("decompose", "rewrite", "steps", "final", "program")
 COMPILE_OPTIMIZERS = ("bootstrap", "mipro", "gepa", "similar")
 CHOOSE = {  # which of its gold examples a predictor compiled by `similar` shows (words for one with n shown)
     "call": "the {n} nearest to each call shown",
@@ -310,8 +310,8 @@ class CompileConfig:
     """What `hyperprove compile` optimises, with which DSPy optimizer, on which questions."""
 
     questions: str | None = None  # training questions JSON
-    corpus: str | None = None  # the corpus they refer to (indexed for the `program` target)
-    target: typing.Literal[COMPILE_TARGETS] = "decompose"  # decompose | rewrite | steps: decompose and the hop reader (gold decompositions) | program (answer F1)
+    corpus: str | None = None  # the corpus they refer to (indexed for the program, steps and final targets)
+    target: typing.Literal[COMPILE_TARGETS] = "decompose"  # decompose | rewrite | steps: decompose and the hop reader (gold decompositions) | final: the final reader (gold passages) | program (answer F1)
     optimizer: typing.Literal[COMPILE_OPTIMIZERS] = "bootstrap"  # bootstrap (BootstrapFewShot) | mipro (MIPROv2) | gepa (GEPA) | similar (gold examples chosen per call, no LM)
     skip: int = Field(0, ge=0, le=1_000_000)  # leave out the first N questions (kept for checking)
     train: int = Field(20, ge=1, le=1_000_000)  # the first N examples to compile on (similar: pooled)

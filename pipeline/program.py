@@ -117,7 +117,8 @@ class HyperProve(dspy.Module):
             final = decision.answer
         else:
             try:
-                reading = self.generate(question=question, evidence=self.reader_evidence(chain, frontier, passages), choose=config.choose_options)
+                reading = self.generate(question=question, evidence=self.reader_evidence(chain, frontier, passages), choose=config.choose_options,
+                                        encode=self.retriever.encode)
                 final, before_choice = reading.answer, reading.replaced
                 if reading.replaced is not None:
                     fallbacks.append(reading.note)

@@ -619,4 +619,47 @@ def test_compile_steps_pools_gold_steps_that_evaluate_shows_by_similarity(files,
     code, _, err = run_scripted(capsys, scripted_cli, "compile", "--questions", files / "train.json", "--corpus", files / "corpus.json",
                                 "--target", "program", "--optimizer", "similar", "--embedder", "test-hash", "--no-track")
     assert code == 2 and err == ("error: compile --optimizer similar: --target program has no labelled examples to pool "
-                                 "(use decompose, rewrite, steps)\n")
+                                 "(use decompose, rewrite, steps, final)\n")
+
+
+def test_compile_final_pools_gold_passages_that_every_reader_is_shown_by_similarity(files, capsys, scripted_cli, tmp_path):
+    both = {"id": "h1", "question": "Were Steven Spielberg and Leah Adler both American?", "answer": "yes", "gold_passages": [1, 2]}
+    unsupported = {"id": "h2", "question": "Which river flows past Cincinnati?", "answer": "the Hudson", "gold_passages": [3]}
+    (files / "train.json").write_text(json.dumps([*TRAIN, both, unsupported]))
+    program = tmp_path / "final.json"
+    code, out, _ = run_scripted(capsys, scripted_cli, "compile", "--questions", files / "train.json", "--corpus", files / "corpus.json",
+                                "--target", "final", "--optimizer", "similar", "--labeled-demos", 2, "--out", program,
+                                "--embedder", "test-hash", "--cache-dir", tmp_path / "cache", "--no-track", "--json")
+    assert code == 0
+    # three MuSiQue-style questions and the yes/no one without a decomposition; no shown fact names the Hudson
+    assert json.loads(out.strip().splitlines()[-1])["pooled"] == {"generate.generate": 4}
+    pool = json.loads(program.read_text())["generate.generate"]["pool"]
+    mother, *_, yes = pool
+    # two gold passages: up to 5 // 2 = 2 facts of each, in their own order, after the gold steps answered
+    assert mother["evidence"] == ["Who directed Jaws? -> Steven Spielberg", "Who was the mother of Steven Spielberg? -> Leah Adler",
+                                  "(Jaws (film)) Jaws is a 1975 thriller film directed by Steven Spielberg.",
+                                  "(Steven Spielberg) Steven Spielberg is an American film director.",
+                                  "(Steven Spielberg) Steven Spielberg's mother was Leah Adler."]
+    assert (yes["answer"], yes["asked"], len(yes["evidence"])) == ("yes", both["question"], 4)
+    assert not any(line.startswith("Were") or "->" in line for line in yes["evidence"])
+    # three gold passages: one fact each; the one that holds the answer comes first
+    assert pool[1]["evidence"][-1].startswith("(Leah Adler)") and "Los Angeles" in pool[1]["evidence"][-1]
+
+    scripted_cli.answers = {f"[[ ## question ## ]]\n{QUESTIONS[0]['question']}": {"answer": "2017"}}
+    code, out, _ = run_scripted(capsys, scripted_cli, "evaluate", "--questions", files / "questions.json", "--corpus", files / "corpus.json",
+                                "--retriever", "bm25", "--decomposition", "lm", "--program", program, "--embedder", "test-hash",
+                                "--cache-dir", tmp_path / "cache", "--out", tmp_path / "run", "--no-track", "--json")
+    assert code == 0 and json.loads(out.strip().splitlines()[-1])["retrievers"]["bm25"]["em"] == 100.0
+    (prompt,) = [str(call["messages"]) for call in scripted_cli.last.session.lm.history]
+    # a peer's reader is shown the two training questions nearest the asked one (bag of words), not the asked one
+    # itself (the third), not the yes/no one, and no built-in demonstration
+    assert TRAIN[0]["question"] in prompt and TRAIN[1]["question"].replace("'", "\\'") in prompt
+    assert both["question"] not in prompt and "restaurant owned by" not in prompt
+    assert str(prompt).count(QUESTIONS[0]["question"]) == 1
+    scripted_cli.answers = two_hop_script(final_answer="2017")  # and so is the program's
+    code, out, _ = run_scripted(capsys, scripted_cli, "evaluate", "--questions", files / "questions.json", "--corpus", files / "corpus.json",
+                                "--retriever", "hyperprove", "--decomposition", "lm", "--program", program, "--embedder", "test-hash",
+                                "--cache-dir", tmp_path / "cache", "--out", tmp_path / "program", "--no-track", "--json")
+    assert code == 0 and json.loads(out.strip().splitlines()[-1])["retrievers"]["hyperprove"]["em"] == 100.0
+    prompts = [str(call["messages"]) for call in scripted_cli.last.session.lm.history]
+    assert [TRAIN[0]["question"] in prompt for prompt in prompts] == [False, False, False, True]  # decompose, two hops, the final reader

@@ -91,7 +91,7 @@ def test_optimizers_are_built_as_configured():
 
 
 def test_compile_config_is_checked():
-    with pytest.raises(HyperProveError, match="target='answers' must be one of 'decompose', 'rewrite', 'steps', 'program'"):
+    with pytest.raises(HyperProveError, match="target='answers' must be one of 'decompose', 'rewrite', 'steps', 'final', 'program'"):
         HyperProveConfig.from_dict({"compile": {"target": "answers"}})
     with pytest.raises(HyperProveError, match="optimizer='copro' must be one of 'bootstrap', 'mipro', 'gepa', 'similar'"):
         CompileConfig(optimizer="copro")
@@ -244,7 +244,7 @@ def test_gold_steps_become_questions_of_one_kind():
 
 def test_similar_pools_only_labelled_targets_and_shows_one_to_sixteen_a_call():
     program = HyperProve(None)
-    with pytest.raises(HyperProveError, match=r"--target program has no labelled examples to pool \(use decompose, rewrite, steps\)"):
+    with pytest.raises(HyperProveError, match=r"--target program has no labelled examples to pool \(use decompose, rewrite, steps, final\)"):
         pool_program(program, CompileConfig(target="program", optimizer="similar"), [JAWS])
     with pytest.raises(HyperProveError, match=r"--labeled-demos 17 must be 1 to 16 \(shown per call\)"):
         pool_program(program, CompileConfig(optimizer="similar", max_labeled_demos=17), [JAWS])

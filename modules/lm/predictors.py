@@ -288,8 +288,9 @@ class AnswerGenerator(dspy.Module):
         self.generate = _predictor(GenerateAnswer, GENERATE_DEMOS)
         self.choose = _predictor(ChooseAnswer, CHOOSE_DEMOS)
 
-    def forward(self, question: str, evidence: Sequence[str], choose: bool = False) -> dspy.Prediction:
-        answer = single_spaced(self.generate(question=question, evidence=list(evidence)).answer)
+    def forward(self, question: str, evidence: Sequence[str], choose: bool = False, encode: Encode | None = None) -> dspy.Prediction:
+        """`encode` chooses the demonstrations of a compiled pool (`modules.lm.pool`) for this question."""
+        answer = single_spaced(self.generate(question=question, evidence=list(evidence), encode=encode, asked=question).answer)
         if not answer:
             raise MalformedOutput(f"no final answer to {question!r}")
         options = question_options(question) if choose else []
