@@ -238,6 +238,9 @@ def _add_program_flags(parser: argparse.ArgumentParser) -> None:
                 "(per compared thing, through its director etc., the date or country compared), without the decomposer")
     config_flag(parser, "--hop-passage-facts", "program.hop_passage_facts",
                 "the hop reader also reads up to N more facts of the hop's top passage (its other sentences, in order) after the top K")
+    config_flag(parser, "--option-hops", "program.option_hops",
+                "a question that names its options (\"..., A or B?\") whose decomposition leaves one out gets one hop per option "
+                "instead: the question's own words asked of each")
     config_flag(parser, "--bridge-rewrite", "program.bridge_rewrite",
                 "how a sub-question's #k become earlier answers: " + "; ".join(f"{k}: {v}" for k, v in BRIDGE_REWRITES.items()))
 
@@ -307,6 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
     config_flag(evaluate, "--read", "evaluation.read", "with --decomposition lm: every other system's top 5 passages go to the same reader")
     config_flag(evaluate, "--limit", "evaluation.limit", "evaluate the first N questions only (after --skip)")
     config_flag(evaluate, "--skip", "evaluation.skip", "leave out the first N questions (--skip 60 --limit 300: questions 61-360)")
+    config_flag(evaluate, "--types", "evaluation.types", "comma-separated question types (the data's `type`): only those, after --skip")
     _add_cluster_flags(evaluate, "the LM systems' questions")
     config_flag(evaluate, "--out", "evaluation.out", "results directory: results.md, results.json, predictions.json, index_manifest.json",
                 shown=".hyperprove/results/<name>-<time>")

@@ -163,13 +163,14 @@ class ProgramConfig:
     country_names: bool = True  # with grounded_hops: a hop answer naming a country its facts name by another word ("Austria", "Austrian") counts as in them
     comparison_plans: bool = True  # comparison and same-country questions of a shape a rule reads get their sub-questions by rule, without the decomposer
     hop_passage_facts: int = Field(6, ge=0, le=20)  # the hop reader also reads up to this many more facts of the hop's top passage (its other sentences, in order); 0: the top K alone
+    option_hops: bool = False  # a question naming its options whose decomposition leaves one out gets one hop per option (`option_plan`)
 
     # What a recorded config without these fields ran with (records made before they existed), so
     # that reproducing an old run reruns the old program whatever today's defaults are.
     RECORDED_WITHOUT = {"entity_retries": 0, "grounded_hops": False, "question_channel": False, "reader_evidence": "facts",
                         "comparison_demos": False, "bridge_rewrite": "lm", "grounded_in": "cited",
                         "choose_options": False, "compare_by_rule": False, "comparison_plans": False,
-                        "country_names": False, "hop_passage_facts": 0}
+                        "country_names": False, "hop_passage_facts": 0, "option_hops": False}
 
     # Options retired when train runs showed no gain for them (experiments/FINDINGS.md): a config
     # may still name one off (every run recorded since it existed does), and one that has it on
@@ -219,15 +220,18 @@ class EvaluationConfig:
     read: bool = True  # with the LM: every system's top 5 passages also go to the same reader (False: they only rank)
     limit: int | None = Field(None, ge=1, le=10**9)  # the first N questions (after `skip`)
     skip: int = Field(0, ge=0, le=10**9)  # leave out the first N questions: questions skip+1 .. skip+limit
+    types: list[str] = Field(default_factory=list)  # only questions of these types (the data's `type`, after `skip`); empty: all
 
     def selected(self, questions: list) -> list:
-        """The questions this run takes: after the first `skip`, at most `limit`."""
-        return questions[self.skip:][: self.limit]
+        """The questions this run takes: after the first `skip`, those of `types` (all when none
+        are named), at most `limit`."""
+        kept = [q for q in questions[self.skip:] if not self.types or q.type in self.types]
+        return kept[: self.limit]
     out: str | None = None  # results directory (default: .hyperprove/results/<questions>-<decomposition>-<time>)
     name: str = ""  # the title of the results table and of the MLflow run
     description: str = ""
 
-    @field_validator("retrievers", mode="before")
+    @field_validator("retrievers", "types", mode="before")
     @classmethod
     def _listed(cls, value):
         """"dense, ppr" from the command line is the list of both."""

@@ -5,6 +5,7 @@ import re
 
 import pytest
 
+from experiments.data import Question
 from modules.errors import HyperProveError
 from pipeline.config import HyperProveConfig, ProgramConfig
 
@@ -65,7 +66,7 @@ def test_every_shipped_experiment_config_loads_and_names_its_own_results_folder(
         assert config.evaluation.decomposition == ("lm" if lm_run else "gold")
         assert config.program.compiled is None or config.program.compiled in compiled
         kinds.append("evaluate")
-    assert sorted(kinds) == ["compile"] * 12 + ["evaluate"] * 80 + ["sweep"] * 4
+    assert sorted(kinds) == ["compile"] * 14 + ["evaluate"] * 85 + ["sweep"] * 4
 
 
 def test_each_config_with_a_committed_run_reruns_the_settings_that_run_recorded():
@@ -128,6 +129,10 @@ def test_skip_and_limit_select_a_later_block_of_questions():
     assert EvaluationConfig(skip=60, limit=300).selected(list(range(400))) == list(range(60, 360))
     assert EvaluationConfig(skip=390).selected(list(range(400))) == list(range(390, 400))
     assert EvaluationConfig().selected([1, 2]) == [1, 2]
+    typed = [Question(id=str(k), question="q", answer="a", type=kind) for k, kind in enumerate(["bridge", "comparison", "comparison", "2hop", "comparison"])]
+    # after the first question, the comparisons and 2-hop ones, at most two: questions 2 and 3
+    assert [q.id for q in EvaluationConfig(skip=1, limit=2, types="comparison, 2hop").selected(typed)] == ["1", "2"]
+    assert [q.id for q in EvaluationConfig(types=["2hop"]).selected(typed)] == ["3"]
 
 
 def test_a_retired_option_named_off_is_dropped_and_named_on_is_refused_with_the_commit_that_reruns_it():

@@ -192,6 +192,22 @@ def test_comparison_plan(question, plan):
     assert comparison_plan(question) == plan
 
 
+@pytest.mark.parametrize("question, sub_questions, plan", [
+    ("Which mountain is taller, Gasherbrum II or Langtang Ri?", ["What mountain is taller?", "What is the name of Langtang Ri?"],
+     ["Which mountain is taller, Gasherbrum II?", "Which mountain is taller, Langtang Ri?"]),
+    ("Is Muskegon County Airport or John Wayne Airport further west?", ["Where is Muskegon County Airport?"],
+     ["Is Muskegon County Airport further west?", "Is John Wayne Airport further west?"]),
+    # every option is asked of (spacing and case aside): the decomposition stays
+    ("Which novelist was educated in London, C. S. Forester or Helen Zahavi?", ["Where was C.S. Forester educated?", "Where was helen zahavi educated?"], None),
+    ("When did the mother of the director of Jaws die?", ["Who directed Jaws?"], None),  # no options
+    ("Who directed Dead or Alive?", ["Who directed Dead?"], None),  # a title with "or" in it
+])
+def test_option_plan_asks_the_question_of_each_option_when_the_decomposition_leaves_one_out(question, sub_questions, plan):
+    from modules.lm.question_types import option_plan
+
+    assert option_plan(question, sub_questions) == plan
+
+
 def test_a_question_that_names_a_nationality_without_asking_yes_or_no_is_no_equality():
     question = "Who was a host of Who Wants to be a Millionaire who shares the same nationality as the author of The Feminine Mystique?"
     assert question_type(question) == "other" and comparison_of(question) is None
