@@ -238,6 +238,9 @@ def _add_program_flags(parser: argparse.ArgumentParser) -> None:
                 "(per compared thing, through its director etc., the date or country compared), without the decomposer")
     config_flag(parser, "--hop-passage-facts", "program.hop_passage_facts",
                 "the hop reader also reads up to N more facts of the hop's top passage (its other sentences, in order) after the top K")
+    config_flag(parser, "--both-by-rule", "program.both_by_rule",
+                "with --compare-by-rule: a yes/no question about two things at once (\"Are both A and B ...?\") is answered "
+                "from the hops' yes/no answers: no when one said no")
     config_flag(parser, "--option-hops", "program.option_hops",
                 "a question that names its options (\"..., A or B?\") whose decomposition leaves one out gets one hop per option "
                 "instead: the question's own words asked of each")

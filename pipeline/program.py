@@ -169,7 +169,7 @@ class HyperProve(dspy.Module):
         comparison the rule cannot decide is noted in `fallbacks`."""
         if not self.config.compare_by_rule:
             return None
-        decision = rule_answer(question, chain)
+        decision = rule_answer(question, chain, both=self.config.both_by_rule)
         if decision is not None and decision.answer is None:
             fallbacks.append(f"compare: {decision.how}; the reader answers")
             return None

@@ -354,6 +354,19 @@ def test_option_hops_replace_a_decomposition_that_leaves_an_option_out(retriever
     assert prediction.answer == "Leah Adler"
 
 
+@pytest.mark.parametrize("both_by_rule, answer, calls", [(True, "no", 3), (False, "Yes", 4)])
+def test_both_by_rule_answers_from_the_hops_yes_and_no(retriever, both_by_rule, answer, calls):
+    question = "Are both Leah Adler and Steven Spielberg restaurateurs?"
+    subs = ["Is Leah Adler a restaurateur?", "Is Steven Spielberg a restaurateur?"]
+    answers = {**script(), DECOMPOSE: {"sub_questions": subs}, ask(subs[0]): {"answer": "Yes", "supporting": [1]},
+               ask(subs[1]): {"answer": "No", "supporting": [1]}, ask(question): {"answer": "Yes"}}
+    lm = DummyLM(answers)
+    with dspy.context(lm=lm):
+        prediction = HyperProve(retriever, ProgramConfig(both_by_rule=both_by_rule, grounded_hops=False, entity_retries=0))(question)
+    assert prediction.answer == answer and len(lm.history) == calls  # the rule needs no final reader
+    assert prediction.by_rule == ("both: the hops answered yes, no" if both_by_rule else None)
+
+
 def test_an_evaluation_counts_the_questions_planned_and_answered_by_rule():
     from experiments.harness import results_table
 

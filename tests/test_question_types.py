@@ -208,6 +208,23 @@ def test_option_plan_asks_the_question_of_each_option_when_the_decomposition_lea
     assert option_plan(question, sub_questions) == plan
 
 
+def test_both_is_no_when_a_hop_says_no_and_yes_when_every_one_of_two_says_yes():
+    question = "Are both Adolfo Bioy Casares and James Norman Hall Argentinian authors?"
+    split = chain(("Is Adolfo Bioy Casares an Argentinian author?", "Yes"), ("Is James Norman Hall an Argentinian author?", "No."))
+    assert rule_answer(question, split) is None  # the rule is asked for
+    assert rule_answer(question, split, both=True).answer == "no"
+    assert rule_answer(question, split, both=True).how == "both: the hops answered yes, no."
+    agreed = chain(("Is Cypress a genus?", "Yes"), ("Is Ajuga a genus?", "yes"))
+    assert rule_answer("Are Cypress and Ajuga both genera?", agreed, both=True).answer == "yes"
+    # one yes/no answer (the hop that asked the whole question), a question without "both", a same-country one: no decision
+    whole = chain(("Who is Ian Brown?", "Ian George Brown"), ("Who is Dee Snider?", "Dee Snider"), ("Are both #1 and #2 actors?", "Yes"))
+    assert rule_answer("Are Ian Brown and Dee Snider both actors?", whole, both=True) is None
+    assert rule_answer("Are Cypress and Ajuga genera?", agreed, both=True) is None
+    assert rule_answer("Which is both a genus and a tree, Cypress or Ajuga?", agreed, both=True) is None  # asks no yes or no
+    countries = chain(("Which country is A from?", "yes"), ("Which country is B from?", "no"))
+    assert rule_answer("Are both A and B from the same country?", countries, both=True).how == "no country in 'yes'"
+
+
 def test_a_question_that_names_a_nationality_without_asking_yes_or_no_is_no_equality():
     question = "Who was a host of Who Wants to be a Millionaire who shares the same nationality as the author of The Feminine Mystique?"
     assert question_type(question) == "other" and comparison_of(question) is None
