@@ -163,7 +163,7 @@ class ProgramConfig:
     country_names: bool = True  # with grounded_hops: a hop answer naming a country its facts name by another word ("Austria", "Austrian") counts as in them
     comparison_plans: bool = True  # comparison and same-country questions of a shape a rule reads get their sub-questions by rule, without the decomposer
     hop_passage_facts: int = Field(6, ge=0, le=20)  # the hop reader also reads up to this many more facts of the hop's top passage (its other sentences, in order); 0: the top K alone
-    both_by_rule: bool = False  # with compare_by_rule: "Are both A and B ...?" answered from the hops' yes/no answers (`both_answer`)
+    both_by_rule: bool = True  # with compare_by_rule: "Are both A and B ...?" answered from the hops' yes/no answers (`both_answer`)
     option_hops: bool = False  # a question naming its options whose decomposition leaves one out gets one hop per option (`option_plan`)
 
     # What a recorded config without these fields ran with (records made before they existed), so
