@@ -241,9 +241,6 @@ def _add_program_flags(parser: argparse.ArgumentParser) -> None:
     config_flag(parser, "--both-by-rule", "program.both_by_rule",
                 "with --compare-by-rule: a yes/no question about two things at once (\"Are both A and B ...?\") is answered "
                 "from the hops' yes/no answers: no when one said no")
-    config_flag(parser, "--option-hops", "program.option_hops",
-                "a question that names its options (\"..., A or B?\") whose decomposition leaves one out gets one hop per option "
-                "instead: the question's own words asked of each")
     config_flag(parser, "--bridge-rewrite", "program.bridge_rewrite",
                 "how a sub-question's #k become earlier answers: " + "; ".join(f"{k}: {v}" for k, v in BRIDGE_REWRITES.items()))
 

@@ -164,20 +164,20 @@ class ProgramConfig:
     comparison_plans: bool = True  # comparison and same-country questions of a shape a rule reads get their sub-questions by rule, without the decomposer
     hop_passage_facts: int = Field(6, ge=0, le=20)  # the hop reader also reads up to this many more facts of the hop's top passage (its other sentences, in order); 0: the top K alone
     both_by_rule: bool = True  # with compare_by_rule: "Are both A and B ...?" answered from the hops' yes/no answers (`both_answer`)
-    option_hops: bool = False  # a question naming its options whose decomposition leaves one out gets one hop per option (`option_plan`)
 
     # What a recorded config without these fields ran with (records made before they existed), so
     # that reproducing an old run reruns the old program whatever today's defaults are.
     RECORDED_WITHOUT = {"entity_retries": 0, "grounded_hops": False, "question_channel": False, "reader_evidence": "facts",
                         "comparison_demos": False, "bridge_rewrite": "lm", "grounded_in": "cited",
                         "choose_options": False, "compare_by_rule": False, "comparison_plans": False,
-                        "country_names": False, "hop_passage_facts": 0, "option_hops": False, "both_by_rule": False}
+                        "country_names": False, "hop_passage_facts": 0, "both_by_rule": False}
 
     # Options retired when train runs showed no gain for them (experiments/FINDINGS.md): a config
     # may still name one off (every run recorded since it existed does), and one that has it on
     # reruns only on the commit named here, the last that had its code.
-    RETIRED = {"fold_identities": False, "chain_checks": False, "hop_subject": False, "last_hop_answers": False}
-    RETIRED_AT = "10ca878"
+    RETIRED = {"fold_identities": False, "chain_checks": False, "hop_subject": False, "last_hop_answers": False, "option_hops": False}
+    RETIRED_AT = {"fold_identities": "10ca878", "chain_checks": "10ca878", "hop_subject": "10ca878", "last_hop_answers": "10ca878",
+                  "option_hops": "57b67b4"}
 
 
 @config_section("index")
@@ -361,8 +361,8 @@ def without_retired(section, name: str, values: dict, source: str) -> dict:
         option = retired[0]
         raise HyperProveError(
             f"{source}: {name}.{option}={values[option]!r}: this option was retired (train runs showed no gain: "
-            f"experiments/FINDINGS.md); the last commit with it, {section.RETIRED_AT}, reruns this config "
-            f"(git worktree add ../hyperprove-{section.RETIRED_AT} {section.RETIRED_AT})")
+            f"experiments/FINDINGS.md); the last commit with it, {section.RETIRED_AT[option]}, reruns this config "
+            f"(git worktree add ../hyperprove-{section.RETIRED_AT[option]} {section.RETIRED_AT[option]})")
     return {key: value for key, value in values.items() if key not in getattr(section, "RETIRED", {})}
 
 

@@ -31,7 +31,7 @@ from modules.lm.predictors import (
     MalformedOutput,
     evidence_line,
 )
-from modules.lm.question_types import Decision, comparison_plan, option_plan, rule_answer
+from modules.lm.question_types import Decision, comparison_plan, rule_answer
 from modules.lm.references import fill_references
 from modules.retrieval.retriever import HypergraphRetriever, interleave_passages
 from pipeline.config import ProgramConfig
@@ -65,10 +65,6 @@ class HyperProve(dspy.Module):
         planned = comparison_plan(question) if config.comparison_plans else None
         facts = self.frontier_lines(whole.ranked_ids[: config.decompose_facts]) if config.decompose_facts else []
         sub_questions = planned or self.sub_questions(question, fallbacks, facts)
-        per_option = option_plan(question, sub_questions) if config.option_hops and not planned else None
-        if per_option:
-            fallbacks.append(f"decompose: {sub_questions} leaves out an option of the question; one hop per option instead")
-            sub_questions = per_option
         current().progress("plan", {"sub_questions": list(sub_questions)})
 
         frontier: list[int] = []

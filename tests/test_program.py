@@ -339,21 +339,6 @@ def test_comparison_plans_ask_by_rule_and_need_no_decomposer(retriever):
     assert not any(DECOMPOSE in call["messages"][-1]["content"] for call in lm.history)
 
 
-@pytest.mark.parametrize("option_hops", [True, False])
-def test_option_hops_replace_a_decomposition_that_leaves_an_option_out(retriever, option_hops):
-    per_option = ["Who died first, Leah Adler?", "Who died first, Steven Spielberg?"]
-    answers = {**script(), DECOMPOSE: {"sub_questions": ["Who died first?"]}, ask("Who died first?"): {"answer": "Leah Adler", "supporting": [1]},
-               ask(per_option[0]): {"answer": "2017", "supporting": [1]}, ask(per_option[1]): {"answer": "Steven Spielberg", "supporting": [1]},
-               ask(CHOICE): {"answer": "Leah Adler"}}
-    with dspy.context(lm=DummyLM(answers)):
-        prediction = HyperProve(retriever, ProgramConfig(option_hops=option_hops, comparison_plans=False, compare_by_rule=False,
-                                                         grounded_hops=False, entity_retries=0))(CHOICE)
-    assert [hop["sub_question"] for hop in prediction.chain] == (per_option if option_hops else ["Who died first?"])
-    assert [note for note in prediction.fallbacks if note.startswith("decompose")] == (
-        ["decompose: ['Who died first?'] leaves out an option of the question; one hop per option instead"] if option_hops else [])
-    assert prediction.answer == "Leah Adler"
-
-
 @pytest.mark.parametrize("both_by_rule, answer, calls", [(True, "no", 3), (False, "Yes", 4)])
 def test_both_by_rule_answers_from_the_hops_yes_and_no(retriever, both_by_rule, answer, calls):
     question = "Are both Leah Adler and Steven Spielberg restaurateurs?"

@@ -192,22 +192,6 @@ def test_comparison_plan(question, plan):
     assert comparison_plan(question) == plan
 
 
-@pytest.mark.parametrize("question, sub_questions, plan", [
-    ("Which mountain is taller, Gasherbrum II or Langtang Ri?", ["What mountain is taller?", "What is the name of Langtang Ri?"],
-     ["Which mountain is taller, Gasherbrum II?", "Which mountain is taller, Langtang Ri?"]),
-    ("Is Muskegon County Airport or John Wayne Airport further west?", ["Where is Muskegon County Airport?"],
-     ["Is Muskegon County Airport further west?", "Is John Wayne Airport further west?"]),
-    # every option is asked of (spacing and case aside): the decomposition stays
-    ("Which novelist was educated in London, C. S. Forester or Helen Zahavi?", ["Where was C.S. Forester educated?", "Where was helen zahavi educated?"], None),
-    ("When did the mother of the director of Jaws die?", ["Who directed Jaws?"], None),  # no options
-    ("Who directed Dead or Alive?", ["Who directed Dead?"], None),  # a title with "or" in it
-])
-def test_option_plan_asks_the_question_of_each_option_when_the_decomposition_leaves_one_out(question, sub_questions, plan):
-    from modules.lm.question_types import option_plan
-
-    assert option_plan(question, sub_questions) == plan
-
-
 def test_both_is_no_when_a_hop_says_no_and_yes_when_every_one_of_two_says_yes():
     question = "Are both Adolfo Bioy Casares and James Norman Hall Argentinian authors?"
     split = chain(("Is Adolfo Bioy Casares an Argentinian author?", "Yes"), ("Is James Norman Hall an Argentinian author?", "No."))

@@ -209,24 +209,6 @@ def comparison_plan(question: str) -> list[str] | None:
     return bridges + [template.format(f"#{k}") for k in range(1, len(things) + 1) for template in templates]
 
 
-def option_plan(question: str, sub_questions: list[str]) -> list[str] | None:
-    """One hop per option, for a question that names its options ("Which mountain is taller,
-    Gasherbrum II or Langtang Ri?") when the decomposition leaves one of them out: the question
-    with the span of its options replaced by each option in turn ("Which mountain is taller,
-    Gasherbrum II?"), so that every option's facts are searched and reach the final reader. The
-    question's own words, whatever its shape, so no wording is assumed. None when the question
-    names no options or every option is in the decomposition."""
-    options = question_options(question)
-    written = content_words(" ".join(sub_questions))
-    if len(options) < 2 or all(content_words(option) <= written for option in options):
-        return None
-    start, end = question.find(options[0]), question.rfind(options[-1])
-    if start < 0 or end < start:
-        return None
-    end += len(options[-1])
-    return [f"{question[:start]}{option}{question[end:]}" for option in options]
-
-
 # --- values ---------------------------------------------------------------------------------------
 _MONTH_NUMBER = {name.lower(): n for n, name in enumerate(MONTHS.split("|"), start=1)}
 
