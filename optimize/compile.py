@@ -6,7 +6,9 @@ A target names what is compiled and what it is graded against:
   of the earlier steps, against the gold sub-question with the answers filled in (step 5);
 - `steps` and `final` (`--optimizer similar` only): the decomposer and the hop reader on gold
   steps, or the final reader on gold passages (step 11), shown by similarity (`modules.lm.pool`);
-- `program`: the whole HyperProve program (every predictor) against answer F1.
+- `program`: the whole HyperProve program (every predictor) against answer F1; with `similar`,
+  the program's own calls on the questions it answers right, checked hop by hop against the gold
+  passages, pooled for every predictor they went through (`trace_examples`).
 
 The optimizer is BootstrapFewShot, MIPROv2 or GEPA. Whatever is compiled, the result is loaded
 into a full HyperProve program and saved as its JSON state, so `ask`, `evaluate` and `demo` take
@@ -146,6 +148,67 @@ def final_examples(questions: Sequence[Question], program: dspy.Module) -> list[
         if contained(q.answer, evidence):
             examples.append(dspy.Example(question=q.question, evidence=evidence, answer=q.answer, asked=q.question).with_inputs("question", "evidence"))
     return examples
+
+
+def grounded(answer: str, gold: str, texts: Sequence[str], last: bool) -> bool:
+    """Whether a hop's answer can be checked as right: a span of a gold passage (`texts`), or a
+    yes/no that the gold answer confirms (a yes under a yes question, where every hop says yes;
+    the last hop's, equal to the gold answer). A hop's no, or its yes under a no question,
+    cannot be checked."""
+    from modules.lm.checks import contained, lower_words
+
+    said = lower_words(answer)
+    if said in ({"yes"}, {"no"}):
+        told = lower_words(gold)
+        return told in ({"yes"}, {"no"}) and (said == told == {"yes"} or last and said == told)
+    return contained(answer, texts)
+
+
+def trace_examples(questions: Sequence[Question], program: dspy.Module, threshold: float, lm=None) -> tuple[dict[str, list[dspy.Example]], int]:
+    """The program's own calls, as examples for each predictor they went through (the traces
+    BootstrapFewShot keeps, made into a pool): the program answers each question, and a question
+    counts when its answer reaches `threshold` token F1 and every hop's answer is `grounded` in
+    its gold passages, so that a lucky answer over a wrong chain teaches nothing. Of its calls,
+    the decomposition the chain used, the hop readings the chain kept, the final reading that
+    reaches `threshold` and the other calls are kept. Returns the examples by predictor name and
+    the number of questions counted. The LM is the configured one: replaying a recorded run of
+    the same program makes this free."""
+    from tqdm import tqdm
+
+    from modules.lm.checks import single_spaced
+    from pipeline.program import LM_FAILURES
+
+    names = {id(predictor): name for name, predictor in program.named_predictors()}
+    corpus, examples, counted = program.retriever.facts.passages, {}, 0
+    for q in tqdm(questions, desc="traces", unit="question"):
+        gold = [q.answer, *q.answer_aliases]
+        with dspy.context(trace=[], **({"lm": lm} if lm is not None else {})):
+            try:
+                prediction = program(question=q.question)
+            except LM_FAILURES:
+                continue
+            trace = list(dspy.settings.trace)
+        texts = [f"{corpus[p].title} {corpus[p].text}" for p in q.gold_passages]
+        chain = prediction.chain
+        if f1_score(prediction.answer, gold) < threshold or not all(
+                grounded(hop["answer"], q.answer, texts, last=hop is chain[-1]) for hop in chain):
+            continue
+        counted += 1
+        used, kept = [hop["sub_question"] for hop in chain], {single_spaced(hop["answer"]) for hop in chain}
+        for predictor, inputs, output in trace:
+            name, fields = names.get(id(predictor)), predictor.signature
+            if name is None:
+                continue
+            if "sub_questions" in fields.output_fields and [single_spaced(s) for s in output.sub_questions or []] != used:
+                continue  # a decomposition the entity checks sent back
+            if "supporting" in fields.output_fields and single_spaced(output.answer) not in kept:
+                continue  # a hop reading replaced by its evidence's span
+            if name == "generate.generate" and f1_score(output.answer, gold) < threshold:
+                continue
+            example = {**{key: inputs[key] for key in fields.input_fields if key in inputs},
+                       **{key: output[key] for key in fields.output_fields}, ASKED: q.question}
+            examples.setdefault(name, []).append(dspy.Example(example).with_inputs(*fields.input_fields))
+    return examples, counted
 
 
 def answer_examples(questions: Sequence[Question]) -> list[dspy.Example]:
@@ -295,43 +358,51 @@ def check_pairing(settings: CompileConfig) -> None:
         if settings.choose != "call":
             raise HyperProveError(f"compile --choose {settings.choose}: only --optimizer similar chooses among gold examples")
         return
-    if settings.target not in POOLS:
-        raise HyperProveError(f"compile --optimizer similar: --target {settings.target} has no labelled examples to pool "
-                              f"(use {', '.join(POOLS)})")
     if not 1 <= settings.max_labeled_demos <= MAX_PER_CALL:
         raise HyperProveError(f"compile --optimizer similar: --labeled-demos {settings.max_labeled_demos} must be 1 to {MAX_PER_CALL} (shown per call)")
 
 
-# predictor -> its labelled examples, per target that `similar` pools (the hop reader's need the program's retriever)
+# target -> its examples by predictor name, from the pooled questions (the hop reader's need the program's retriever)
 POOLS = {
-    "decompose": {"decompose.decompose": lambda questions, program: decomposition_examples(questions)},
-    "rewrite": {"rewrite.rewrite": lambda questions, program: rewrite_examples(questions)},
-    "steps": {"decompose.decompose": lambda questions, program: decomposition_examples(questions), "answer_hop.answer": hop_examples},
-    "final": {"generate.generate": final_examples},
+    "decompose": lambda questions, program: {"decompose.decompose": decomposition_examples(questions)},
+    "rewrite": lambda questions, program: {"rewrite.rewrite": rewrite_examples(questions)},
+    "steps": lambda questions, program: {"decompose.decompose": decomposition_examples(questions), "answer_hop.answer": hop_examples(questions, program)},
+    "final": lambda questions, program: {"generate.generate": final_examples(questions, program)},
 }
+TRACED = "program"  # the target `similar` pools from the program's own graded traces (`trace_examples`), with the LM
 RETRIEVING = ("program", "steps", "final")  # targets whose examples or grades need the index's retriever
 DECOMPOSED = ("decompose", "rewrite", "steps")  # targets made from gold decompositions
 
 
-def pool_program(program: dspy.Module, settings: CompileConfig, questions: Sequence[Question], encode: Encode | None = None) -> dict:
-    """`similar`: each covered predictor takes the first `train` of its gold examples (after any
-    pool the program already holds) and shows `max_labeled_demos` of them to each call, after its
-    built-in demonstrations with `keep_builtin`, instead of them otherwise. `choose` says which:
-    the nearest to each call or to the question asked (a pool, `modules.lm.pool`), or, with
-    `encode`, the pool's representatives, fixed once (`representatives`), which a prompt cache
-    keeps. No LM call."""
+def pool_program(program: dspy.Module, settings: CompileConfig, questions: Sequence[Question], encode: Encode | None = None, lm=None) -> dict:
+    """`similar`: each covered predictor pools its examples from the first `train` questions
+    (after any pool the program already holds) and shows `max_labeled_demos` of them to each
+    call, after its built-in demonstrations with `keep_builtin`, instead of them otherwise.
+    `choose` says which: the nearest to each call or to the question asked (a pool,
+    `modules.lm.pool`), or, with `encode`, the pool's representatives, fixed once
+    (`representatives`), which a prompt cache keeps. Gold examples need no LM; the `program`
+    target's traces are the program's own answers (`lm`)."""
     check_pairing(settings)
     if settings.choose == "once" and encode is None:
         raise HyperProveError("compile --choose once: choosing representatives needs the embedder (encode)")
-    predictors = dict(program.named_predictors())
-    pooled = {}
-    for name, examples in POOLS[settings.target].items():
-        predictor, made = predictors[name], examples(questions, program)[: settings.train]
+    predictors, pooled, traced = dict(program.named_predictors()), {}, None
+    questions = list(questions)[: settings.train]
+    if settings.target == TRACED:
+        threshold = settings.threshold if settings.threshold is not None else TARGETS[TRACED].threshold
+        made, counted = trace_examples(questions, program, threshold, lm)
+        traced = {"questions": len(questions), "counted": counted, "threshold": threshold}
         if not made:
+            raise HyperProveError(f"compile --target {TRACED} --optimizer similar: the program answered none of the {len(questions)} "
+                                  f"questions of {settings.questions} right with every hop in its gold passages")
+    else:
+        made = POOLS[settings.target](questions, program)
+    for name, examples in made.items():
+        predictor = predictors[name]
+        if not examples:
             raise HyperProveError(f"compile --optimizer similar: no {name} examples in {settings.questions}")
         keys = [*predictor.signature.fields, ASKED]
         # a program compiled before (`--program`) keeps its pool: compiles on several sets' questions add up
-        pool = list(predictor.pool) + [{key: example[key] for key in keys if key in example} for example in made]
+        pool = list(predictor.pool) + [{key: example[key] for key in keys if key in example} for example in examples]
         by = "question" if settings.choose == "question" and ASKED in pool[0] else "call"
         try:
             predictor.use_pool(pool, settings.max_labeled_demos, by)
@@ -355,6 +426,7 @@ def pool_program(program: dspy.Module, settings: CompileConfig, questions: Seque
         "per_call": settings.max_labeled_demos,
         "choose": settings.choose,
         "demos": {name: len(predictor.demos) for name, predictor in program.named_predictors()},
+        **({"traced": traced} if traced else {}),
     }
 
 
@@ -363,7 +435,7 @@ def compile_program(program: dspy.Module, settings: CompileConfig, questions: Se
     """Compile the target part of `program` in place; returns what happened (scores, demos, sizes).
     `encode` (the index's query encoder) is what `similar --choose once` compares examples with."""
     if settings.optimizer == "similar":
-        return pool_program(program, settings, questions, encode)
+        return pool_program(program, settings, questions, encode, lm)
     check_pairing(settings)
     target = TARGETS[settings.target]
     train, val = split_examples(settings, target.examples(questions))
@@ -452,7 +524,11 @@ def run_compile(config, runtime=None, log: Callable[[str], None] = print) -> dic
     if report.get("val_selects"):
         scores += f" ({settings.optimizer} also chose on them, so the second grade is optimistic: evaluate on dev to know)"
     log(f"compiled {settings.target} in {report['seconds']:.0f} s ({report['lm_calls']} LM calls){scores}")
-    log(f"demos per predictor: {report['demos']}" + (f"; gold examples, {CHOOSE[report['choose']].format(n=report['per_call'])}: {report['pooled']}"
+    if "traced" in report:
+        traced = report["traced"]
+        log(f"traced: {traced['counted']} of {traced['questions']} questions answered right (token F1 >= {traced['threshold']}) "
+            "with every hop's answer in their gold passages")
+    log(f"demos per predictor: {report['demos']}" + (f"; {'traced' if 'traced' in report else 'gold'} examples, {CHOOSE[report['choose']].format(n=report['per_call'])}: {report['pooled']}"
                                                       if "pooled" in report else ""))
     log(f"program written to {out} (how it was made: {record_path(out)}"
         + (f"; its {report['lm_record']['calls']} LM calls: {calls_path(out)}" if "lm_record" in report else "") + f"); use it with --program {out}")

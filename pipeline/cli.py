@@ -347,22 +347,23 @@ def build_parser() -> argparse.ArgumentParser:
     config_flag(compile_, "--corpus", "compile.corpus", "corpus JSON the questions refer to")
     config_flag(compile_, "--target", "compile.target",
                 "decompose, rewrite, or steps (decompose and the hop reader): supervised by gold decompositions; "
-                "final: the final reader, shown gold passages' facts (similar); program: every predictor, against answer F1")
+                "final: the final reader, shown gold passages' facts (similar); program: every predictor, against answer F1 "
+                "(similar: the calls of the questions it answers right, every hop in their gold passages)")
     config_flag(compile_, "--optimizer", "compile.optimizer",
-                "bootstrap: BootstrapFewShot; mipro: MIPROv2; gepa: GEPA; similar: --labeled-demos gold examples "
-                "shown to each call, chosen by --choose (no LM)")
+                "bootstrap: BootstrapFewShot; mipro: MIPROv2; gepa: GEPA; similar: --labeled-demos pooled examples "
+                "shown to each call, chosen by --choose (no LM, but for --target program)")
     config_flag(compile_, "--skip", "compile.skip", "leave out the first N questions (kept for checking)")
-    config_flag(compile_, "--train", "compile.train", "the first N examples to compile on (similar: to pool)")
+    config_flag(compile_, "--train", "compile.train", "the first N examples to compile on (similar: the first N questions pooled)")
     config_flag(compile_, "--val", "compile.val", "the next N examples, graded before and after (0: none)")
     config_flag(compile_, "--demos", "compile.max_bootstrapped_demos", "bootstrapped demonstrations per predictor")
     config_flag(compile_, "--labeled-demos", "compile.max_labeled_demos",
                 "gold examples as demonstrations (decompose, rewrite; similar: per call); 0: the teacher answers with the "
                 "program's own demonstrations, and only its graded traces are kept")
     config_flag(compile_, "--choose", "compile.choose",
-                "similar, which gold examples a predictor shows: " + "; ".join(f"{k}: {v.format(n='--labeled-demos')}" for k, v in CHOOSE.items()))
+                "similar, which pooled examples a predictor shows: " + "; ".join(f"{k}: {v.format(n='--labeled-demos')}" for k, v in CHOOSE.items()))
     config_flag(compile_, "--keep-builtin-demos", "compile.keep_builtin", "keep the built-in demonstrations, ahead of the compiled ones",
                 shown="the compiled ones replace them", action="store_const", const=True)
-    config_flag(compile_, "--threshold", "compile.threshold", "grade a bootstrapped trace must reach",
+    config_flag(compile_, "--threshold", "compile.threshold", "grade a bootstrapped (or, similar, pooled) trace must reach",
                 shown="0.6 decompose, 0.8 rewrite, 0.5 program")
     config_flag(compile_, "--auto", "compile.auto", "MIPROv2/GEPA budget")
     config_flag(compile_, "--budget", "compile.budget",

@@ -303,7 +303,7 @@ class SweepConfig:
 
 COMPILE_TARGETS = ("decompose", "rewrite", "steps", "final", "program")
 COMPILE_OPTIMIZERS = ("bootstrap", "mipro", "gepa", "similar")
-CHOOSE = {  # which of its gold examples a predictor compiled by `similar` shows (words for one with n shown)
+CHOOSE = {  # which of its pooled examples a predictor compiled by `similar` shows (words for one with n shown)
     "call": "the {n} nearest to each call shown",
     "question": "the {n} nearest to the question asked shown, the same on each of its calls",
     "once": "{n} representatives shown to every call",
@@ -316,14 +316,14 @@ class CompileConfig:
 
     questions: str | None = None  # training questions JSON
     corpus: str | None = None  # the corpus they refer to (indexed for the program, steps and final targets)
-    target: typing.Literal[COMPILE_TARGETS] = "decompose"  # decompose | rewrite | steps: decompose and the hop reader (gold decompositions) | final: the final reader (gold passages) | program (answer F1)
-    optimizer: typing.Literal[COMPILE_OPTIMIZERS] = "bootstrap"  # bootstrap (BootstrapFewShot) | mipro (MIPROv2) | gepa (GEPA) | similar (gold examples chosen per call, no LM)
+    target: typing.Literal[COMPILE_TARGETS] = "decompose"  # decompose | rewrite | steps: decompose and the hop reader (gold decompositions) | final: the final reader (gold passages) | program (answer F1; similar: its own right answers' calls)
+    optimizer: typing.Literal[COMPILE_OPTIMIZERS] = "bootstrap"  # bootstrap (BootstrapFewShot) | mipro (MIPROv2) | gepa (GEPA) | similar (pooled examples chosen by similarity)
     skip: int = Field(0, ge=0, le=1_000_000)  # leave out the first N questions (kept for checking)
-    train: int = Field(20, ge=1, le=1_000_000)  # the first N examples to compile on (similar: pooled)
+    train: int = Field(20, ge=1, le=1_000_000)  # the first N examples to compile on (similar: the first N questions pooled)
     val: int = Field(20, ge=0, le=1_000_000)  # the next N, scored before and after
     max_bootstrapped_demos: int = Field(2, ge=0, le=64)
     max_labeled_demos: int = Field(2, ge=0, le=64)  # gold examples as demonstrations (decompose, rewrite); similar: shown per call, at most 16
-    threshold: float | None = Field(None, ge=0.0, le=1.0)  # grade a bootstrapped trace must reach (default: the target's)
+    threshold: float | None = Field(None, ge=0.0, le=1.0)  # grade a bootstrapped (or pooled) trace must reach (default: the target's)
     auto: typing.Literal["light", "medium", "heavy"] = "light"  # MIPROv2 / GEPA budget
     budget: int | None = Field(None, ge=1, le=1_000_000)  # instead of `auto`, a small fixed budget: GEPA's metric calls, MIPROv2's candidates and trials
     prompt_lm: str | None = None  # LiteLLM id proposing instructions (MIPROv2) or reflecting (GEPA); default: the LM

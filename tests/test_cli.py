@@ -616,10 +616,49 @@ def test_compile_steps_pools_gold_steps_that_evaluate_shows_by_similarity(files,
             assert [len(state[name]["demos"]) for name in ("decompose.decompose", "answer_hop.answer")] == [2, 2]
             assert "pool" not in state["decompose.decompose"] and "pool" not in state["answer_hop.answer"]
 
-    code, _, err = run_scripted(capsys, scripted_cli, "compile", "--questions", files / "train.json", "--corpus", files / "corpus.json",
-                                "--target", "program", "--optimizer", "similar", "--embedder", "test-hash", "--no-track")
-    assert code == 2 and err == ("error: compile --optimizer similar: --target program has no labelled examples to pool "
-                                 "(use decompose, rewrite, steps, final)\n")
+
+def test_compile_program_pools_the_calls_of_the_questions_answered_right_with_every_hop_checked(files, capsys, scripted_cli, tmp_path):
+    # t1 and t2 answered right; v1 answered wrong; t3 answered right, but its gold passage does not hold hop 2's answer
+    unchecked = {"id": "t3", "question": "Which restaurateur was the mother of the director of Jaws?", "answer": "Leah Adler", "gold_passages": [0]}
+    (files / "train.json").write_text(json.dumps([*TRAIN, unchecked]))
+    scripted_cli.answers = {**two_hop_script(final_answer="1999"), f"[[ ## question ## ]]\n{TRAIN[0]['question']}": {"answer": "Leah Adler"},
+                            f"[[ ## question ## ]]\n{TRAIN[1]['question']}": {"answer": "Los Angeles"},
+                            f"[[ ## question ## ]]\n{unchecked['question']}": {"answer": "Leah Adler"}}
+    program = tmp_path / "traced.json"
+    code, out, _ = run_scripted(capsys, scripted_cli, "compile", "--questions", files / "train.json", "--corpus", files / "corpus.json",
+                                "--target", "program", "--optimizer", "similar", "--choose", "question", "--labeled-demos", 2, "--out", program,
+                                "--embedder", "test-hash", "--cache-dir", tmp_path / "cache", "--no-track", "--json")
+    assert code == 0
+    report = json.loads(out.strip().splitlines()[-1])
+    # 4 questions, each one decomposition, two hops and the final reader: 16 calls; t1's and t2's are pooled
+    assert report["traced"] == {"questions": 4, "counted": 2, "threshold": 0.5} and report["lm_calls"] == 16
+    assert report["pooled"] == {"decompose.decompose": 2, "answer_hop.answer": 4, "generate.generate": 2}
+    state = json.loads(program.read_text())
+    assert [(e["asked"], e["sub_questions"]) for e in state["decompose.decompose"]["pool"]] == [
+        (TRAIN[0]["question"], ["Who directed Jaws?", "Who was the mother of #1?"]), (TRAIN[1]["question"], ["Who directed Jaws?", "Who was the mother of #1?"])]
+    hops = state["answer_hop.answer"]["pool"]
+    assert [(e["question"], e["answer"], e["supporting"]) for e in hops[:2]] == [
+        ("Who directed Jaws?", "Steven Spielberg", [1]), ("Who was the mother of Steven Spielberg?", "Leah Adler", [1])]
+    assert any("Steven Spielberg's mother was Leah Adler." in line for line in hops[1]["evidence"])
+    assert [(e["asked"], e["answer"]) for e in state["generate.generate"]["pool"]] == [(TRAIN[0]["question"], "Leah Adler"), (TRAIN[1]["question"], "Los Angeles")]
+    assert state["answer_hop.answer"]["by"] == "question" and state["generate.generate"]["demos"] == []
+    assert "traced: 2 of 4 questions answered right" in out
+
+    # evaluated on a new question, every call is shown the calls of the two pooled questions, and no built-in demonstration
+    scripted_cli.answers = two_hop_script(final_answer="2017")
+    asked = {**QUESTIONS[0], "question": "When did the mother of the man who directed Jaws die?"}
+    scripted_cli.answers[f"[[ ## question ## ]]\n{asked['question']}"] = scripted_cli.answers.pop(f"[[ ## question ## ]]\n{QUESTIONS[0]['question']}")
+    (files / "asked.json").write_text(json.dumps([asked]))
+    code, out, _ = run_scripted(capsys, scripted_cli, "evaluate", "--questions", files / "asked.json", "--corpus", files / "corpus.json",
+                                "--retriever", "hyperprove", "--decomposition", "lm", "--program", program, "--embedder", "test-hash",
+                                "--cache-dir", tmp_path / "cache", "--out", tmp_path / "run", "--no-track", "--json")
+    assert code == 0 and json.loads(out.strip().splitlines()[-1])["retrievers"]["hyperprove"]["em"] == 100.0
+    calls = scripted_cli.last.session.lm.history
+    shown = [[m["content"].splitlines()[1] for m in call["messages"] if m["role"] == "user"][:-1] for call in calls]
+    # decomposer and final reader: both pooled questions, the nearest (t1) last; each hop: the two hops of t1, in order
+    assert shown == [[TRAIN[1]["question"], TRAIN[0]["question"]], ["Who directed Jaws?", "Who was the mother of Steven Spielberg?"],
+                     ["Who directed Jaws?", "Who was the mother of Steven Spielberg?"], [TRAIN[1]["question"], TRAIN[0]["question"]]]
+    assert calls[3]["messages"][2]["content"] == "[[ ## answer ## ]]\nLos Angeles\n\n[[ ## completed ## ]]\n"  # t2's answer shown
 
 
 def test_compile_final_pools_gold_passages_that_every_reader_is_shown_by_similarity(files, capsys, scripted_cli, tmp_path):

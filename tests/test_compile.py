@@ -18,6 +18,7 @@ from optimize.compile import (
     grade_answer,
     grade_decomposition,
     grade_rewrite,
+    grounded,
     make_optimizer,
     metric,
     natural_step,
@@ -244,8 +245,6 @@ def test_gold_steps_become_questions_of_one_kind():
 
 def test_similar_pools_only_labelled_targets_and_shows_one_to_sixteen_a_call():
     program = HyperProve(None)
-    with pytest.raises(HyperProveError, match=r"--target program has no labelled examples to pool \(use decompose, rewrite, steps, final\)"):
-        pool_program(program, CompileConfig(target="program", optimizer="similar"), [JAWS])
     with pytest.raises(HyperProveError, match=r"--labeled-demos 17 must be 1 to 16 \(shown per call\)"):
         pool_program(program, CompileConfig(optimizer="similar", max_labeled_demos=17), [JAWS])
     with pytest.raises(HyperProveError, match="compile --target steps: only --optimizer similar compiles it"):
@@ -262,6 +261,18 @@ def test_similar_pools_only_labelled_targets_and_shows_one_to_sixteen_a_call():
     report = pool_program(program, CompileConfig(optimizer="similar", max_labeled_demos=3), TRAINING[3:])
     assert (report["pooled"], program.decompose.decompose.per_call) == ({"decompose.decompose": 5}, 3)
     assert program.decompose.decompose.pool == pooled + [{"question": TRAINING[3].question, "sub_questions": ["Which label released Hungry Eyes?", "Who founded #1?"]}]
+
+
+def test_a_traced_hop_counts_only_where_its_answer_can_be_checked():
+    passages = ["Steven Spielberg Steven Spielberg is an American film director. His mother was Leah Adler."]
+    assert grounded("Leah Adler", "2017", passages, last=False)
+    assert not grounded("Los Angeles", "2017", passages, last=False)
+    # yes/no: a yes under a yes question (every hop says yes); the last hop's answer equal to the gold one
+    assert grounded("Yes", "yes", [], last=False) and grounded("yes", "yes", [], last=True)
+    assert grounded("no", "No", [], last=True)
+    # a no before the last hop, a yes under a no question, any yes/no under a question that is not yes/no: unknown
+    assert not grounded("no", "no", [], last=False) and not grounded("yes", "no", [], last=False)
+    assert not grounded("No", "yes", [], last=True) and not grounded("yes", "Leah Adler", ["yes"], last=False)
 
 
 def test_representatives_cover_the_examples_greedily_worked_by_hand():
