@@ -2,6 +2,11 @@
 
 Every malformed file gives one HyperProveError naming the file, the item and the field.
 
+A question in the project's schema gives its gold passages by id (`gold_passages`), or as
+evidence quotes (`evidence`: [{"file", "quote"}]) for a corpus read from a folder of documents:
+its gold passages are then whichever passages hold a quote (`quoted_passages`), so that recall
+works for any chunking of the folder.
+
 Native HippoRAG question files are recognised by their fields: MuSiQue items carry
 `paragraphs` (with `is_supporting`) and `question_decomposition`; 2Wiki and HotpotQA items
 carry `context` ([title, sentences]) and `supporting_facts` ([title, sentence id]). Their gold
@@ -14,6 +19,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Sequence
 
 from modules.errors import HyperProveError
 from modules.facts import Passage
@@ -31,6 +37,16 @@ class GoldHop:
 
 
 @dataclass(frozen=True)
+class Evidence:
+    """A quote copied from a document of the folder (`file`, its path in the folder), and the
+    passages of the corpus that hold it (none: the reader or the chunking lost it)."""
+
+    file: str
+    quote: str
+    passages: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class Question:
     id: str
     question: str
@@ -39,10 +55,46 @@ class Question:
     type: str = ""
     gold_passages: tuple[int, ...] = ()
     decomposition: tuple[GoldHop, ...] = ()
+    evidence: tuple[Evidence, ...] = ()
 
 
 def _squash(text: str) -> str:
     return re.sub(r"\s+", "", text)
+
+
+def held_length(piece_of: Callable[[int], str], length: int, text: str) -> int:
+    """The longest `n` <= `length` with `piece_of(n)` in `text`: a quote's longest beginning (or
+    ending) that a passage holds. Holding is monotone in `n`, so a binary search finds it."""
+    low, high = 0, length
+    while low < high:
+        middle = (low + high + 1) // 2
+        if piece_of(middle) in text:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+def quoted_passages(quote: str, file: str, corpus: Sequence[Passage]) -> tuple[int, ...]:
+    """The passages of `file` (all passages, if none came from it) that hold `quote`, spaces
+    ignored: the whole quote, or, where no passage holds it whole, at least half of it as its
+    beginning or its end. That finds a quote cut by a passage boundary (in both passages) and
+    one that starts with a heading the reader moved into the passage's title."""
+    own = [k for k, passage in enumerate(corpus) if passage.source and _same_file(passage.source.rpartition("#")[0], file)]
+    candidates = own or range(len(corpus))
+    wanted = _squash(quote)
+    texts = {k: _squash(corpus[k].text) for k in candidates}
+    whole = tuple(k for k, text in texts.items() if wanted in text)
+    if whole or not wanted:
+        return whole
+    half = (len(wanted) + 1) // 2
+    return tuple(k for k, text in texts.items()
+                 if max(held_length(lambda n: wanted[:n], len(wanted), text), held_length(lambda n: wanted[len(wanted) - n:], len(wanted), text)) >= half)
+
+
+def _same_file(source_file: str, file: str) -> bool:
+    """A passage's file, as the folder read named it, is the quoted `file`, or ends with it (a folder read from above the one the quotes name)."""
+    return source_file == file or source_file.endswith("/" + file.lstrip("/"))
 
 
 class _PassageLookup:
@@ -70,10 +122,9 @@ def load_questions(path: str | Path, corpus: list[Passage] | None = None) -> lis
     if native and corpus is None:
         raise HyperProveError(f"{path}: HippoRAG-format questions need the corpus to locate gold passages")
     lookup = _PassageLookup(corpus) if native else None
-    n_passages = len(corpus) if corpus is not None else None
     questions, first_seen = [], {}
     for k, item in enumerate(items):
-        question = _native_question(path, k, item, lookup) if native else _schema_question(path, k, item, n_passages)
+        question = _native_question(path, k, item, lookup) if native else _schema_question(path, k, item, corpus)
         if not question.question.strip():
             raise HyperProveError(f'{path}: item {k}: field "question" is empty')
         earlier = first_seen.setdefault(question.id, k)
@@ -102,8 +153,12 @@ def _answer_text(path: Path, position: int, item: dict) -> str:
     return answer
 
 
-def _schema_question(path: Path, position: int, item, n_passages: int | None) -> Question:
+def _schema_question(path: Path, position: int, item, corpus: list[Passage] | None) -> Question:
+    n_passages = len(corpus) if corpus is not None else None
     gold = json_field(path, position, item, "gold_passages", list, required=False, default=[])
+    evidence = _evidence(path, position, item, corpus)
+    if evidence and "gold_passages" not in item:
+        gold = list(dict.fromkeys(k for quoted in evidence for k in quoted.passages))
     for value in gold:
         if not isinstance(value, int) or isinstance(value, bool) or value < 0 or (n_passages is not None and value >= n_passages):
             raise HyperProveError(f'{path}: item {position}: field "gold_passages" holds {value!r}, not a corpus index')
@@ -125,7 +180,30 @@ def _schema_question(path: Path, position: int, item, n_passages: int | None) ->
         type=str(item.get("type", "")),
         gold_passages=tuple(gold),
         decomposition=tuple(steps),
+        evidence=evidence,
     )
+
+
+def _evidence(path: Path, position: int, item, corpus: list[Passage] | None) -> tuple[Evidence, ...]:
+    """A question's evidence quotes, each with the passages that hold it (`quoted_passages`)."""
+    listed = json_field(path, position, item, "evidence", list, required=False, default=[])
+    if listed and corpus is None:
+        raise HyperProveError(f'{path}: item {position}: field "evidence" gives quotes; they need the corpus to find their passages')
+    quotes = []
+    for k, entry in enumerate(listed):
+        where = f"{position} evidence[{k}]"
+        if not isinstance(entry, dict):
+            raise HyperProveError(f'{path}: item {where} must be {{"file": ..., "quote": ...}}')
+        file, quote = json_field(path, where, entry, "file", str), json_field(path, where, entry, "quote", str)
+        if not quote.strip():
+            raise HyperProveError(f'{path}: item {where}: field "quote" is empty')
+        quotes.append(Evidence(file, quote, quoted_passages(quote, file, corpus)))
+    return tuple(quotes)
+
+
+def unfound_quotes(questions: Sequence[Question]) -> list[str]:
+    """One line for each evidence quote that no passage holds ("id: 'quote' (file)")."""
+    return [f"{q.id}: {quoted.quote[:60]!r} ({quoted.file})" for q in questions for quoted in q.evidence if not quoted.passages]
 
 
 def _native_question(path: Path, position: int, item, lookup: _PassageLookup) -> Question:

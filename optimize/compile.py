@@ -35,7 +35,8 @@ from modules.lm.pool import ASKED, MAX_PER_CALL, Encode, representatives, unit_r
 from modules.lm.references import fill_references, references
 from pipeline.config import CHOOSE, CompileConfig
 from pipeline.files import atomic_write_json, check_own_file, recover, sha256_file
-from pipeline.index.corpus import load_corpus
+from pipeline.index.commands import corpus_passages
+from pipeline.index.documents import Reading
 from pipeline.lm.session import make_lm
 from pipeline.provenance import git_state
 from pipeline.runtime import Runtime
@@ -482,7 +483,7 @@ def run_compile(config, runtime=None, log: Callable[[str], None] = print) -> dic
     check_pairing(settings)
     out = Path(settings.out or Path(".hyperprove") / "programs" / f"{settings.target}-{settings.optimizer}-{timestamp()}.json")
     check_own_file(out, is_program_file, "a compiled program", "--out")
-    passages = load_corpus(settings.corpus)
+    passages, _ = corpus_passages(settings.corpus, Reading.of(config.index), log)
     questions = load_questions(settings.questions, passages)[settings.skip :]
     if not questions:
         raise HyperProveError(f"compile: --skip {settings.skip} leaves none of the questions in {settings.questions}")

@@ -297,8 +297,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(run=cmd_demo, **{"index.extractor": "lm"})  # the demo shows the LM extractor
 
     evaluate = commands.add_parser("evaluate", help="run retrievers on a question set: Recall@2/@5 (and EM/F1 with an LM), one MLflow run")
-    config_flag(evaluate, "--questions", "evaluation.questions", "questions JSON (project schema or HippoRAG's)")
-    config_flag(evaluate, "--corpus", "evaluation.corpus", "corpus JSON the questions refer to")
+    config_flag(evaluate, "--questions", "evaluation.questions",
+                "questions JSON (project schema or HippoRAG's); gold passages by id, or as evidence quotes found in the passages")
+    config_flag(evaluate, "--corpus", "evaluation.corpus", "corpus JSON the questions refer to, or a folder of documents (read as index reads one)")
     config_flag(evaluate, "--index", "evaluation.index", "index directory built from that corpus", shown="built and cached")
     config_flag(evaluate, "--retriever", "evaluation.retrievers",
                 "comma-separated systems, run in one invocation over one index: dense | bm25 | ppr (HippoRAG 2-style) | "
@@ -344,7 +345,7 @@ def build_parser() -> argparse.ArgumentParser:
     compile_ = commands.add_parser("compile", help="compile the LM modules with a DSPy optimizer on training questions; writes the program JSON")
     config_flag(compile_, "--questions", "compile.questions",
                 "training questions JSON (MuSiQue's and 2Wiki's carry the gold decompositions decompose and rewrite need)")
-    config_flag(compile_, "--corpus", "compile.corpus", "corpus JSON the questions refer to")
+    config_flag(compile_, "--corpus", "compile.corpus", "corpus JSON the questions refer to, or a folder of documents")
     config_flag(compile_, "--target", "compile.target",
                 "decompose, rewrite, or steps (decompose and the hop reader): supervised by gold decompositions; "
                 "final: the final reader, shown gold passages' facts (similar); program: every predictor, against answer F1 "

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from experiments.data import GoldHop, load_questions
+from experiments.data import Evidence, GoldHop, load_questions, quoted_passages, unfound_quotes
 from modules.errors import HyperProveError
 from modules.facts import Passage
 from pipeline.index.corpus import load_corpus
@@ -79,3 +79,43 @@ def test_missing_file_and_unknown_native_passage(tmp_path):
     path = write(tmp_path, "w.json", [{"_id": "w", "question": "?", "answer": "a", "context": [["Z", ["Zed."]]], "supporting_facts": [["Z", 0]]}])
     with pytest.raises(HyperProveError, match='supporting passage "Z" is not in the corpus'):
         load_questions(path, corpus)
+
+
+QUOTED = [
+    Passage("Cargo › Summary", "Several table and key names in Cargo.toml have been removed.", "cargo.html#0"),
+    Passage("Prelude › Details", "The prelude is the module containing everything that is automatically imported in every module. It contains commonly",
+            "docs/prelude.html#0"),
+    Passage("Prelude › Details", "It contains commonly used items such as Option, Vec, drop, and Clone.", "docs/prelude.html#1"),
+    Passage("Elsewhere", "Several table and key names in Cargo.toml have been removed.", "other.html#0"),
+]
+
+
+def test_a_quote_finds_the_passages_of_its_file_that_hold_it_spaces_ignored():
+    assert quoted_passages("Several table and  key names\nin Cargo.toml", "cargo.html", QUOTED) == (0,)  # not other.html's copy
+    # a heading the reader moved into the title: 89 letters without spaces, of which the passage holds the last 50 (>= 45)
+    assert quoted_passages("Cargo: Table and key name consistency Summary Several table and key names in Cargo.toml have been removed",
+                           "cargo.html", QUOTED) == (0,)
+    # cut by a passage boundary: 74 letters; the first holds the first 53, the second the last 39 (both >= 37);
+    # the folder was read from above the one the quote names ("docs/")
+    assert quoted_passages("automatically imported in every module. It contains commonly used items such as Option", "prelude.html", QUOTED) == (1, 2)
+    assert quoted_passages("used items such as Option, Vec, drop", "prelude.html", QUOTED) == (2,)
+    assert quoted_passages("1.85.0", "cargo.html", QUOTED) == ()  # a table cell the reader dropped
+    assert quoted_passages("Several table and key names", "gone.html", QUOTED) == (0, 3)  # no passage of that file: all are searched
+
+
+def test_evidence_quotes_give_the_gold_passages(tmp_path):
+    items = [{"id": "b", "question": "Which items does the prelude hold?", "answer": "Option", "evidence": [
+        {"file": "cargo.html", "quote": "key names in Cargo.toml"}, {"file": "prelude.html", "quote": "such as Option, Vec"},
+        {"file": "index.html", "quote": "1.85.0"}]},
+        {"id": "g", "question": "?", "answer": "x", "gold_passages": [3], "evidence": [{"file": "cargo.html", "quote": "Several"}]}]
+    quoted, given = load_questions(write(tmp_path, "q.json", items), QUOTED)
+    assert quoted.gold_passages == (0, 2) and quoted.evidence[1] == Evidence("prelude.html", "such as Option, Vec", (2,))
+    assert given.gold_passages == (3,)  # ids given win over quotes
+    assert unfound_quotes([quoted, given]) == ["b: '1.85.0' (index.html)"]
+    for evidence, message in [([{"file": "a.html"}], r'item 0 evidence\[0\]: field "quote" is missing'),
+                              (["text"], r'item 0 evidence\[0\] must be \{"file": ..., "quote": ...\}'),
+                              ([{"file": "a.html", "quote": " "}], r'item 0 evidence\[0\]: field "quote" is empty')]:
+        with pytest.raises(HyperProveError, match=message):
+            load_questions(write(tmp_path, "bad.json", [{**items[0], "evidence": evidence}]), QUOTED)
+    with pytest.raises(HyperProveError, match='q.json: item 0: field "evidence" gives quotes; they need the corpus to find their passages'):
+        load_questions(tmp_path / "q.json")

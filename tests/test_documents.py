@@ -284,3 +284,35 @@ def test_a_passage_two_documents_share_stays_while_either_holds_it(tmp_path, cap
     assert deleted["removed"] == 1
     run("index", docs, "--out", tmp_path / "fresh")
     assert held(index) == held(tmp_path / "fresh") == [("Ada Lovelace", shared, "notes/ada.md#0"), ("Ada Lovelace › Work", work, "notes/ada.md#1")]
+
+
+def test_evaluate_reads_a_folder_and_finds_each_question_s_gold_passages_by_its_quotes(tmp_path, capsys):
+    from pipeline.index.build import corpus_checksum
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "ada.md").write_text("# Ada Lovelace\n\nAda Lovelace was a mathematician.\n\n## Family\nHer father was Lord Byron, the poet.\n")
+    (docs / "babbage.txt").write_text("Charles Babbage\n\nBabbage was born in London in 1791.")
+    questions = tmp_path / "questions.json"
+    questions.write_text(json.dumps([
+        {"id": "q1", "question": "Who was the father of Ada Lovelace?", "answer": "Lord Byron",
+         "evidence": [{"file": "ada.md", "quote": "Her father was Lord\n Byron"}]},
+        {"id": "q2", "question": "Where was Babbage born?", "answer": "London",
+         "evidence": [{"file": "babbage.txt", "quote": "born in London"}, {"file": "babbage.txt", "quote": "He built the Difference Engine."}]}]))
+    run = cli(capsys)
+    out, summary = run("evaluate", "--questions", questions, "--corpus", docs, "--retriever", "dense", "--no-track", "--out", tmp_path / "results")
+    assert f"{docs}: 2 files, 3 passages" in out
+    assert (f"{questions}: 1 of 3 evidence quotes are in no passage of {docs}; recall leaves them out: "
+            "q2: 'He built the Difference Engine.' (babbage.txt)") in out
+    assert summary["retrievers"]["dense"]["recall@5"] == 100.0  # three passages: every gold one is in the top 5
+    results = json.loads((tmp_path / "results" / "results.json").read_text())
+    assert results["data_sha256"]["corpus"] == corpus_checksum(read_folder(docs, log=lambda line: None).passages)
+    predictions = json.loads((tmp_path / "results" / "predictions.json").read_text())["dense"]
+    assert [row["gold_passages"] for row in predictions] == [[1], [2]]  # ada.md#1 (the family section), babbage.txt#0
+
+    # the pages of the run check the folder as they check a corpus file: by what it reads as
+    code = main(["pages", str(tmp_path / "results")])
+    assert code == 2 and "no system of this run answered questions" in capsys.readouterr().err  # the check passed
+    (docs / "babbage.txt").write_text("Charles Babbage\n\nBabbage was born in Marylebone in 1791.")
+    code = main(["pages", str(tmp_path / "results")])
+    assert code == 2 and f"{docs}: differs from the corpus {tmp_path / 'results'} was evaluated on (sha256 mismatch); no pages written" in capsys.readouterr().err

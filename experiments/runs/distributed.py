@@ -15,7 +15,8 @@ from typing import Callable, Sequence
 
 from experiments.data import Question
 from modules.errors import HyperProveError
-from pipeline.index.corpus import load_corpus
+from pipeline.index.commands import corpus_passages
+from pipeline.index.documents import Reading
 from pipeline.lm.cluster import WorkerPool, batches
 from pipeline.runtime import apply_library_defaults
 
@@ -35,7 +36,7 @@ class QuestionWorker:
         apply_library_defaults()
         self.config = HyperProveConfig.from_dict(config)
         self.runtime = make_runtime(self.config)
-        passages = load_corpus(self.config.evaluation.corpus)
+        passages, _ = corpus_passages(self.config.evaluation.corpus, Reading.of(self.config.index), log=lambda line: None)
         load = (lambda: load_index(index_directory, expect=self.config.index)) if index_directory else None
         self.setup = make_setup(self.config, passages, self.runtime.embedder, load, needs_index=index_directory is not None,
                                     index_label=str(index_directory))

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from experiments.data import load_questions
+from experiments.data import load_questions, unfound_quotes
 from experiments.runs.failures import write_pages
 from modules.errors import HyperProveError
 from pipeline.config import HyperProveConfig
@@ -26,7 +26,8 @@ from pipeline.files import (
     read_json,
     sha256_file,
 )
-from pipeline.index.corpus import load_corpus
+from pipeline.index.commands import corpus_digest, corpus_passages
+from pipeline.index.documents import Reading
 from pipeline.provenance import git_state
 from pipeline.runtime import Runtime
 
@@ -80,8 +81,11 @@ def run_evaluation(config: HyperProveConfig, runtime=None, tags: dict | None = N
         ray_module()  # the extra is missing: say so before any work
     out = results_folder(config)
     check_results_folder(out)
-    passages = load_corpus(run.corpus)
+    passages, _ = corpus_passages(run.corpus, Reading.of(config.index), log)
     questions = run.selected(load_questions(run.questions, passages))
+    if lost := unfound_quotes(questions):
+        log(f"{run.questions}: {len(lost)} of {sum(len(q.evidence) for q in questions)} evidence quotes are in no passage of "
+            f"{run.corpus}; recall leaves them out: " + "; ".join(lost))
     if with_lm:
         program_for(None, config)  # a compiled program that does not load fails now, not after the run
     runtime = runtime or Runtime(config)
@@ -112,7 +116,7 @@ def run_evaluation(config: HyperProveConfig, runtime=None, tags: dict | None = N
         lm_id, record = runtime.lm_id, CallRecord(replaying=read_record(config.lm.replay) if config.lm.replay else None)
     else:
         lm_id, record = (session.id, session.record) if session else (None, None)
-    header = results_header(config, len(questions), lm_id, source)
+    header = results_header(config, len(questions), lm_id, source, corpus_digest(run.corpus, passages))
     partial = partial_folder(out)
     check_results_folder(partial)
     finished, earlier = load_finished(partial, header, names)
@@ -188,14 +192,14 @@ def load_finished(partial: Path, header: dict, names: list[str]) -> tuple[dict, 
     return finished, earlier
 
 
-def results_header(config: HyperProveConfig, n_questions: int, lm_id: str | None, tags: dict) -> dict:
+def results_header(config: HyperProveConfig, n_questions: int, lm_id: str | None, tags: dict, corpus_sha256: str) -> dict:
     """What a results folder says about its run: data (with checksums), settings, LM, code version."""
 
     run = config.evaluation
     compiled = config.program.compiled
     return {
         "name": run_name(config), "description": run.description, "questions": run.questions, "corpus": run.corpus,
-        "data_sha256": {"questions": sha256_file(run.questions), "corpus": sha256_file(run.corpus)},
+        "data_sha256": {"questions": sha256_file(run.questions), "corpus": corpus_sha256},
         "n_questions": n_questions, "decomposition": run.decomposition, "read": run.read, "lm": lm_id,
         "program_sha256": sha256_file(compiled) if compiled else None,
         **{key: tags[key] for key in ("git_commit", "git_dirty") if key in tags}, "config": config.to_dict(),

@@ -1,7 +1,7 @@
 """Evidence-chain pages of a results folder, generated from what the folder keeps.
 
 A run's pages follow from its predictions.json and the questions and corpus its results.json
-names (checked by sha256), so they are written on demand instead of kept beside the run:
+names (checked by sha256; a folder corpus by its passages), so they are written on demand instead of kept beside the run:
 `hyperprove pages FOLDER` writes `FOLDER/pages/` (or `--out DIR`), byte for byte what the
 evaluation wrote.
 """
@@ -13,9 +13,10 @@ from pathlib import Path
 
 from experiments.data import load_questions
 from experiments.runs.failures import write_pages
-from experiments.runs.reproduce import read_recorded
+from experiments.runs.reproduce import check_data, read_recorded
 from modules.errors import HyperProveError
-from pipeline.files import atomic_directory, sha256_file
+from pipeline.config import HyperProveConfig
+from pipeline.files import atomic_directory
 from pipeline.index.corpus import load_corpus
 
 
@@ -27,12 +28,8 @@ def run_pages(folder: str | Path, out: str | Path | None = None, log=print) -> d
     if not folder.is_dir():
         raise HyperProveError(f"{folder}: no such results folder")
     results = read_recorded(folder, str(folder))["results"]
-    files = {kind: results.get(kind) for kind in ("questions", "corpus")}
-    for kind, path in files.items():
-        if not isinstance(path, str) or not Path(path).is_file():
-            raise HyperProveError(f"{path}: the {kind} file of {folder} is not here (run from the folder it was evaluated in)")
-        if sha256_file(path) != results["data_sha256"].get(kind):
-            raise HyperProveError(f"{path}: differs from the {kind} {folder} was evaluated on (sha256 mismatch); no pages written")
+    config = HyperProveConfig.from_record(results["config"])
+    passages = check_data(results, config, str(folder), "no pages written")
     predictions = folder / "predictions.json"
     try:
         rows = json.loads(predictions.read_text(encoding="utf-8"))
@@ -42,11 +39,11 @@ def run_pages(folder: str | Path, out: str | Path | None = None, log=print) -> d
         raise HyperProveError(f"{predictions}: is not valid JSON") from None
     if not isinstance(rows, dict) or not all(isinstance(r, list) and all(isinstance(x, dict) for x in r) for r in rows.values()):
         raise HyperProveError(f"{predictions}: is not an object of systems, each a list of answer rows")
-    passages = load_corpus(files["corpus"])
-    questions = load_questions(files["questions"], passages)
+    passages = passages or load_corpus(config.evaluation.corpus)
+    questions = load_questions(config.evaluation.questions, passages)
     known = {question.id for question in questions}
     if missing := next((row.get("id") for r in rows.values() for row in r if row.get("id") not in known), None):
-        raise HyperProveError(f"{predictions}: question {missing!r} is not in {files['questions']}")
+        raise HyperProveError(f"{predictions}: question {missing!r} is not in {config.evaluation.questions}")
     target = Path(out) if out is not None else folder / "pages"
     with atomic_directory(target) as scratch:
         written = write_pages(scratch, rows, questions, [passage.title for passage in passages])

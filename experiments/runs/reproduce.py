@@ -28,8 +28,11 @@ from pathlib import Path
 from experiments.runs.evaluate import run_evaluation
 from experiments.runs.tracking import evaluation_tracker
 from modules.errors import HyperProveError
+from modules.facts import Passage
 from pipeline.config import HyperProveConfig, TrackingConfig
 from pipeline.files import sha256_file
+from pipeline.index.commands import corpus_digest, corpus_passages
+from pipeline.index.documents import Reading
 from pipeline.provenance import git_state
 from pipeline.sharing import why_refused
 from pipeline.traces import connect
@@ -190,15 +193,22 @@ def rerun_config(recorded: dict, label: str, tracking: TrackingConfig, out: str,
     )
 
 
-def check_data(results: dict, config: HyperProveConfig, label: str) -> None:
-    """The questions and corpus files are here and are the ones the run was evaluated on."""
+def check_data(results: dict, config: HyperProveConfig, label: str, refusing: str = "not reproducing") -> list[Passage] | None:
+    """The questions and the corpus (a file, or a folder of documents) are here and are the ones
+    the run was evaluated on; returns the passages of a folder corpus, which checking it reads
+    (None for a file)."""
 
+    run, passages = config.evaluation, None
     for kind in ("questions", "corpus"):
-        path = getattr(config.evaluation, kind)
-        if not path or not Path(path).is_file():
-            raise HyperProveError(f"{path}: the {kind} file of {label} is not here")
-        if sha256_file(path) != results["data_sha256"].get(kind):
-            raise HyperProveError(f"{path}: differs from the {kind} {label} was evaluated on (sha256 mismatch); not reproducing")
+        path = getattr(run, kind)
+        folder = kind == "corpus" and bool(path) and Path(path).is_dir()
+        if not path or not (folder or Path(path).is_file()):
+            raise HyperProveError(f"{path}: the {kind} file of {label} is not here (run from the folder it was evaluated in)")
+        if folder:
+            passages, _ = corpus_passages(path, Reading.of(config.index), log=lambda line: None)
+        if (corpus_digest(path, passages) if folder else sha256_file(path)) != results["data_sha256"].get(kind):
+            raise HyperProveError(f"{path}: differs from the {kind} {label} was evaluated on (sha256 mismatch); {refusing}")
+    return passages
 
 
 def reproduce(source: str, tracking: TrackingConfig, out: str | None = None, cache_dir: str | None = None,

@@ -16,9 +16,10 @@ import numpy as np
 from modules.errors import HyperProveError
 from modules.facts import Passage
 from pipeline.files import (
+    sha256_file,
     writer_lock,
 )
-from pipeline.index.build import HypergraphIndex, build_index
+from pipeline.index.build import HypergraphIndex, build_index, corpus_checksum
 from pipeline.index.changes import grow_index, shrink_index
 from pipeline.index.corpus import check_text, load_corpus, read_json_list
 from pipeline.index.documents import FolderCorpus, Reading, file_of, read_folder, shown
@@ -35,10 +36,7 @@ def index_corpus(corpus: str | Path, out: str | Path, config, runtime=None, log:
 
     check_index_target(out)
     reading = Reading.of(config.index)
-    folder = read_folder(corpus, reading, log) if Path(corpus).is_dir() else None
-    passages = folder.passages if folder else load_corpus(corpus)
-    if folder:
-        log(folder.summary())
+    passages, folder = corpus_passages(corpus, reading, log)
     runtime = runtime or Runtime(config)
     note_ray_unused(config, log)
     extractor = extractor_for(config, runtime, make_runtime)
@@ -54,6 +52,20 @@ def index_corpus(corpus: str | Path, out: str | Path, config, runtime=None, log:
     log(f"index written to {out}: {index.counts()} in {seconds:.1f} s")
     return {"index": str(out), **index.counts(), **({"files": len(folder.files), "skipped": len(folder.skipped)} if folder else {}),
             "extractor": extractor.report(), "seconds": round(seconds, 2)}
+
+
+def corpus_passages(corpus: str | Path, reading: Reading, log: Callable[[str], None] = print) -> tuple[list[Passage], FolderCorpus | None]:
+    """A corpus file's passages, or a folder's documents read as passages (`read_folder`, its
+    summary logged), with what the folder read took (None for a file)."""
+    folder = read_folder(corpus, reading, log) if Path(corpus).is_dir() else None
+    if folder:
+        log(folder.summary())
+    return (folder.passages if folder else load_corpus(corpus)), folder
+
+
+def corpus_digest(corpus: str | Path, passages: Sequence[Passage]) -> str:
+    """What a run records of its corpus: a file's sha256, or, for a folder, that of the passages read from it."""
+    return sha256_file(corpus) if Path(corpus).is_file() else corpus_checksum(passages)
 
 
 def note_ray_unused(config, log: Callable[[str], None]) -> None:
