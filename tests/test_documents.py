@@ -87,6 +87,17 @@ def test_html_main_text_without_navigation_scripts_footer_or_link_lists(tmp_path
     ]
 
 
+def test_an_html_table_row_is_one_paragraph_its_cells_joined(tmp_path):
+    page = b"""<main><h1>Rust 2021</h1><table><thead><tr><th>Info</th><th></th></tr></thead><tbody>
+    <tr><td>RFC</td><td><a href="/rfcs/3085">#3085</a></td></tr>
+    <tr><td>Release version</td><td><a href="/blog">1.56.0</a></td></tr>
+    <tr><td><a href="/a">Previous</a></td><td><a href="/b">Next</a></td></tr></tbody></table>
+    <p>The edition adds a prelude.</p></main>"""
+    _, (section,) = read_html(tmp_path / "index.html", page)
+    # the empty header cell leaves no "|"; a cell that is all link is content beside its label; a row of links is navigation
+    assert section.text == "Info\n\nRFC | #3085\n\nRelease version | 1.56.0\n\nThe edition adds a prelude."
+
+
 def pdf_bytes(pages: list[str], title: str | None = None) -> bytes:
     """A minimal PDF, one line of Helvetica text a page, its xref offsets computed."""
     objects = ["<< /Type /Catalog /Pages 2 0 R >>", None, "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"]

@@ -319,16 +319,18 @@ def markdown_line(line: str) -> str:
 
 
 HTML_HEADINGS = {"h1", "h2", "h3", "h4", "h5", "h6"}
-HTML_BLOCKS = {"p", "div", "section", "article", "main", "li", "ul", "ol", "dl", "dt", "dd", "table", "tr", "td", "th", "pre",
+HTML_BLOCKS = {"p", "div", "section", "article", "main", "li", "ul", "ol", "dl", "dt", "dd", "table", "tr", "pre",
                "blockquote", "figure", "figcaption", "br", "hr", "address", "details", "summary"}
+HTML_CELLS = {"td", "th"}  # a table row is one paragraph, its cells joined by " | " ("Release version | 1.56.0")
+CELL_END = "\ue000"  # marks the end of a cell among a paragraph's words (a private-use character: no text has it)
 LINK_DENSITY = 0.8  # a paragraph with at least this share of its words in links is navigation
 HTML_NOISE = ["head", "title", "script", "style", "noscript", "nav", "header", "footer", "aside", "form", "template", "svg", "button", "iframe"]
 
 
 def read_html(path: Path, data: bytes) -> tuple[str, list[Section]]:
     """The main text (`<main>`, else `<article>`, else `<body>`) without scripts, navigation,
-    headers and footers, a paragraph per block element; `<h1>`-`<h6>` start sections, the page's
-    `<title>` (or first `<h1>`) titles it."""
+    headers and footers, a paragraph per block element and per table row; `<h1>`-`<h6>` start
+    sections, the page's `<title>` (or first `<h1>`) titles it."""
     bs4 = _optional("bs4", "HTML")
     markup = decoded(data) if encoding_of(data) or b"\x00" in data else data  # else bs4 reads a <meta charset>
     soup = bs4.BeautifulSoup(markup, "html.parser")
@@ -344,8 +346,9 @@ def read_html(path: Path, data: bytes) -> tuple[str, list[Section]]:
         """The words read since the last block as a paragraph, unless nearly all are link text
         (a menu, a table of contents, a list of links: navigation, not content)."""
         text = re.sub(r"\s+([.,;:!?%)\]])", r"\1", " ".join(" ".join(t for t, _ in words).split()))
+        text = re.sub(rf"(?:\s*{CELL_END})+\s*", " | ", text).strip(" |")  # empty cells and the row's end leave no "|"
         linked = sum(len(t.split()) for t, in_link in words if in_link)
-        if text and linked < LINK_DENSITY * len(text.split()):
+        if text and linked < LINK_DENSITY * len(text.replace(" | ", " ").split()):
             body.append(text)
         words.clear()
 
@@ -369,6 +372,9 @@ def read_html(path: Path, data: bytes) -> tuple[str, list[Section]]:
                 paragraph()
                 walk(child, in_link)
                 paragraph()
+            elif child.name in HTML_CELLS:
+                walk(child, in_link)
+                words.append((CELL_END, False))
             else:
                 walk(child, in_link or child.name == "a")
 
