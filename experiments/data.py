@@ -185,8 +185,11 @@ def _schema_question(path: Path, position: int, item, corpus: list[Passage] | No
 
 
 def _evidence(path: Path, position: int, item, corpus: list[Passage] | None) -> tuple[Evidence, ...]:
-    """A question's evidence quotes, each with the passages that hold it (`quoted_passages`)."""
+    """A question's evidence quotes, each with the passages that hold it (`quoted_passages`).
+    2Wiki's evidence is triples ([subject, relation, object]), which its decomposition already holds: none."""
     listed = json_field(path, position, item, "evidence", list, required=False, default=[])
+    if all(isinstance(entry, list) for entry in listed):
+        return ()
     if listed and corpus is None:
         raise HyperProveError(f'{path}: item {position}: field "evidence" gives quotes; they need the corpus to find their passages')
     quotes = []
