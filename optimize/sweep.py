@@ -24,7 +24,8 @@ from experiments.stats import describe_difference, paired_difference
 from modules.errors import HyperProveError
 from pipeline.config import HyperProveConfig, SweepConfig
 from pipeline.files import atomic_directory, atomic_write_json, check_own_file, check_replaceable, sha256_file
-from pipeline.index.corpus import load_corpus
+from pipeline.index.commands import corpus_digest, corpus_passages
+from pipeline.index.documents import Reading
 from pipeline.provenance import git_state
 from pipeline.runtime import Runtime
 
@@ -48,13 +49,13 @@ def compare(sweep: SweepConfig, score_chunk: Callable[[dict, Sequence], list[dic
             "difference": paired_difference(rows["best"], rows["start"], sweep.objective, seed=sweep.seed)}
 
 
-def study_setting(config: HyperProveConfig) -> dict:
+def study_setting(config: HyperProveConfig, corpus_sha256: str) -> dict:
     """What a study optimises besides its parameters: a rerun with anything else here is refused."""
 
     run, sweep = config.evaluation, config.sweep
     setting = {
         "objective": sweep.objective, "tie_break": sweep.tie_break, "ranges": sweep.ranges, "chunk": sweep.chunk, "seed": sweep.seed,
-        "questions_sha256": sha256_file(run.questions), "corpus_sha256": sha256_file(run.corpus), "limit": run.limit,
+        "questions_sha256": sha256_file(run.questions), "corpus_sha256": corpus_sha256, "limit": run.limit,
         "decomposition": run.decomposition, "index": config.index.shaping(), **({"skip": run.skip} if run.skip else {}),
         "retriever": {name: value for name, value in config.retriever.to_dict().items() if name not in sweep.ranges},
     }
@@ -89,13 +90,14 @@ def run_sweep(config: HyperProveConfig, runtime=None, log: Callable[[str], None]
                       "a sweep summary")
     if with_lm:
         program_for(None, config)  # a compiled program that does not load fails now
-    passages = load_corpus(run.corpus)
+    reading = Reading.of(config.index)
+    passages, _ = corpus_passages(run.corpus, reading, log)
     questions = run.selected(load_questions(run.questions, passages))
     held_out = load_questions(sweep.validate, passages) if sweep.validate else None
     if sweep.transfer_questions:
-        transfer_passages = load_corpus(sweep.transfer_corpus)
+        transfer_passages, _ = corpus_passages(sweep.transfer_corpus, reading, log)
         transfer = load_questions(sweep.transfer_questions, transfer_passages)
-    setting = study_setting(config)
+    setting = study_setting(config, corpus_digest(run.corpus, passages))
     studies.open_study(sweep, setting)  # an unusable storage or a study made for another setting fails now
     runtime = runtime or Runtime(config)
     session = runtime.session if with_lm else None

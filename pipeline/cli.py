@@ -322,7 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sweep = commands.add_parser("sweep", help="Optuna TPE over alpha, theta, L and K; resumable study, MLflow runs per trial")
     config_flag(sweep, "--questions", "evaluation.questions", "questions JSON to optimise on (a train split)")
-    config_flag(sweep, "--corpus", "evaluation.corpus", "corpus JSON the questions refer to")
+    config_flag(sweep, "--corpus", "evaluation.corpus", "corpus JSON the questions refer to, or a folder of documents")
     config_flag(sweep, "--decomposition", "evaluation.decomposition", "gold: gold sub-questions; lm: the full program (for F1/EM)")
     config_flag(sweep, "--limit", "evaluation.limit", "the first N questions only (after --skip)")
     config_flag(sweep, "--skip", "evaluation.skip", "leave out the first N questions")

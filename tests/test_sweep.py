@@ -78,7 +78,7 @@ def test_the_sweep_command_tracks_trials_and_writes_the_best_config(tmp_path, ca
             "--trials", "3", "--storage", f"sqlite:///{tmp_path}/optuna.db", "--study", "toy", "--cache-dir", tmp_path / "cache",
             "--best-out", tmp_path / "best.json", "--tracking-uri", uri, "--validate", tmp_path / "questions.json",
             "--out", tmp_path / "sweep", "--transfer-questions", tmp_path / "questions.json",
-            "--transfer-corpus", tmp_path / "other" / "corpus.json", "--json"]
+            "--transfer-corpus", tmp_path / "other", "--json"]  # a folder, here holding a corpus file
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "corpus.json").write_text(json.dumps(CORPUS))
     assert main([str(a) for a in argv], make_runtime=lambda config: Runtime(config, embedder=HashEmbedder())) == 0
@@ -92,9 +92,9 @@ def test_the_sweep_command_tracks_trials_and_writes_the_best_config(tmp_path, ca
     # the paired difference is best minus configured, over the same questions either way
     difference = result["difference"]
     assert validation["difference"] == difference and difference["metric"] == "recall@5"
-    # the transfer check indexes its own corpus (here a copy, so it scores what the sweep's questions did)
+    # the transfer check reads and indexes its own corpus (here a folder with a copy, so it scores what the sweep's questions did)
     transfer = result["transfer"]
-    assert transfer["corpus"] == str(tmp_path / "other" / "corpus.json") and transfer["n_questions"] == len(QUESTIONS)
+    assert transfer["corpus"] == str(tmp_path / "other") and transfer["n_questions"] == len(QUESTIONS)
     assert (transfer["start_scores"], transfer["best_scores"], transfer["difference"]) == (result["start_scores"], result["best_scores"], difference)
     assert difference["up"] + difference["down"] + difference["same"] == len(QUESTIONS)
     assert difference["mean"] == pytest.approx(result["best_scores"]["recall@5"] - result["start_scores"]["recall@5"], abs=0.011)
