@@ -30,7 +30,6 @@ from experiments.runs.tracking import evaluation_tracker
 from modules.errors import HyperProveError
 from modules.facts import Passage
 from pipeline.config import HyperProveConfig, TrackingConfig
-from pipeline.files import sha256_file
 from pipeline.index.commands import corpus_digest, corpus_passages
 from pipeline.index.documents import Reading
 from pipeline.provenance import git_state
@@ -206,7 +205,7 @@ def check_data(results: dict, config: HyperProveConfig, label: str, refusing: st
             raise HyperProveError(f"{path}: the {kind} file of {label} is not here (run from the folder it was evaluated in)")
         if folder:
             passages, _ = corpus_passages(path, Reading.of(config.index), log=lambda line: None)
-        if (corpus_digest(path, passages) if folder else sha256_file(path)) != results["data_sha256"].get(kind):
+        if corpus_digest(path, passages) != results["data_sha256"].get(kind):  # a file's sha256, a folder's passages'
             raise HyperProveError(f"{path}: differs from the {kind} {label} was evaluated on (sha256 mismatch); {refusing}")
     return passages
 
