@@ -360,11 +360,13 @@ def test_the_headline_run_gives_the_answer_claim_with_costs_types_and_failures(t
     other = {"name": "2wiki-lm60", "n_questions": 60, "systems": {"hyperprove": {"em": 1.0, "f1": 2.0, "recall@5": 3.0}}}
     assert render_headline([other, run]) == [
         "Each set's dev questions that no earlier run saw, every peer's top 5 through the program's final reader: HyperProve minus its best "
-        "peer on F1 and minus ppr on Recall@5 (mean [paired bootstrap 95% interval]), in %:", "",
-        "| run | dev questions | HyperProve F1 | best peer F1 | F1 minus best peer | × best peer | HyperProve R@5 | R@5 minus ppr | LM calls/q (s/q) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "peer on F1 and minus ppr on Recall@5 (mean [paired bootstrap 95% interval]), in %; a program compiled on the set's train "
+        "split under its built-in one:", "",
+        "| run | program | dev questions | HyperProve F1 | best peer F1 | F1 minus best peer | × best peer | HyperProve R@5 | R@5 minus ppr "
+        "| LM calls/q (s/q) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
         # no recall@5 in the predictions: no paired R@5 difference
-        "| 2wiki-lm300 | 61-64 (4) | 100.00 | 50.00 (ppr) | +50.00 [+50.00, +50.00] | 2.00 | 90.00 | – | 4.25 (14.5) |", "",
+        "| 2wiki-lm300 | built-in | 61-64 (4) | 100.00 | 50.00 (ppr) | +50.00 [+50.00, +50.00] | 2.00 | 90.00 | – | 4.25 (14.5) |", "",
         "`2wiki-lm300`: dev questions 61-64 (4); the program answers by itself, every other system hands its top 5 passages to "
         "the program's final reader. EM / F1 / R@5 in %, LM calls and seconds a question:", "",
         "| system | EM | F1 | R@5 | LM calls/q | s/q |", "|---|---:|---:|---:|---:|---:|",
@@ -394,7 +396,8 @@ def test_the_headline_run_gives_the_answer_claim_with_costs_types_and_failures(t
     final = {**run, "name": "2wiki-lm300-final", "systems": {name: {**summary, "lm_cache_hits": {"hyperprove": 9, "ppr": 4}.get(name, 0)}
                                                              for name, summary in run["systems"].items()}}
     lines = render_headline([then, final, other])
-    assert lines[4].startswith("| 2wiki-lm300-final | 61-64 (4) | 100.00 |")  # the rerun stands for the set
+    assert lines[4].startswith("| 2wiki-lm300-final | built-in | 61-64 (4) | 100.00 |")  # the rerun stands for the set
+    assert lines[4].endswith("| 4.25 (14.5; 2.25 replayed) |")  # 9 of its 17 calls from the record
     lines = lines[6:]
     assert lines[0].startswith("`2wiki-lm300-final`: dev questions 61-64 (4)") and lines[0].endswith(
         "(calls the record or the cache answered take no LM time, so s/q is not all LM time):")
@@ -404,6 +407,50 @@ def test_the_headline_run_gives_the_answer_claim_with_costs_types_and_failures(t
     assert lines[lines.index("- hyperprove's F1 is 2.00 times the best peer's (ppr).") + 1] == (
         "- F1, hyperprove minus the same questions' first run (`2wiki-lm300`, before today's defaults): 50.00 → 100.00, "
         "+50.00 [+50.00, +50.00] (up on 4 questions, down on 0), better; LM calls a question 5.00 → 4.25.")
+
+
+def test_a_compiled_program_has_its_own_row_its_peers_rerun_under_it_and_its_change_against_the_built_in(tmp_path):
+    from experiments.runs.report import render_compiled, render_sets
+
+    def write(name, scores, program=None):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "predictions.json").write_text(json.dumps({system: [{"id": f"q{k}", "f1": f1, "recall@5": recall}
+                                                                      for k, (f1, recall) in enumerate(zip(*values))]
+                                                             for system, values in scores.items()}))
+        systems = {system: {"n": 2, "f1": 50.0 * sum(f1s), "recall@5": 50.0 * sum(recalls), "lm_calls_per_question": 5.0,
+                            "seconds_per_question": 20.0} for system, (f1s, recalls) in scores.items()}
+        config = {"evaluation": {"questions": "q.json", "skip": 60}, **({"program": {"compiled": program}} if program else {})}
+        return {"name": name, "n_questions": 2, "results_dir": str(folder), "config": config, "systems": systems}
+
+    # built-in: hyperprove F1 0 and 0.5, ppr 0.25 each, dense-iterative 0; the compiled program 1 and 0.5;
+    # under it dense-iterative (which reads the program's sub-queries) rises to 0.5 each and is the best peer
+    base = write("musique-more-lm95", {"hyperprove": ([0.0, 0.5], [0.5, 0.5]), "ppr": ([0.25, 0.25], [0.5, 1.0]),
+                                       "dense-iterative": ([0.0, 0.0], [0.5, 0.5])})
+    steps = write("musique-more-lm95-steps", {"hyperprove": ([1.0, 0.5], [1.0, 1.0])}, "experiments/programs/tiny.json")
+    peers = write("musique-more-lm95-steps-peers", {"hyperprove": ([1.0, 0.5], [1.0, 1.0]), "dense-iterative": ([0.5, 0.5], [0.5, 0.5])},
+                  "experiments/programs/tiny.json")
+    other = write("musique-more-lm95-other", {"hyperprove": ([1.0, 1.0], [1.0, 1.0])}, "experiments/programs/tiny.json")
+    other["config"]["evaluation"]["skip"] = 0  # other questions: not this set's
+    runs = [base, steps, peers, other]
+    # per question against the best peer: built-in -25 and +25 (ppr); compiled +50 and 0 (dense-iterative, from the peers'
+    # rerun); R@5 against ppr (which does not read the program: the built-in run's) 0 and -50, then +50 and 0
+    assert render_sets(runs)[4:] == [
+        "| musique-more-lm95 | built-in | 61-62 (2) | 25.00 | 25.00 (ppr) | +0.00 [-25.00, +25.00] | 1.00 | 50.00 | -25.00 [-50.00, +0.00] | 5.00 (20.0) |",
+        "| musique-more-lm95-steps | `tiny` | 61-62 (2) | 75.00 | 50.00 (dense-iterative) | +25.00 [+0.00, +50.00] | 1.50 | 100.00 | "
+        "+25.00 [+0.00, +50.00] | 5.00 (20.0) |", ""]
+    # against the built-in program: F1 +100 and 0, R@5 +50 on both; no compile record and no compile config: the program's path
+    assert render_compiled(runs)[2:] == [
+        "| built-in | compiled | made by | making it | F1 | F1 change | R@5 change |", "|---|---|---|---|---:|---:|---:|",
+        "| musique-more-lm95 | musique-more-lm95-steps | `experiments/programs/tiny.json` | – | 25.00 → 75.00 | +50.00 [+0.00, +100.00] | "
+        "+50.00 [+50.00, +50.00] |", ""]
+    # a rerun with the chosen defaults stands for the set; it replayed all 10 of its calls, so its cost is the run that made them
+    chosen = {**base, "name": "musique-more-lm95-chosen", "config": {**base["config"], "lm": {"replay": "experiments/results/musique-more-lm95"}},
+              "systems": {**base["systems"], "hyperprove": {**base["systems"]["hyperprove"], "seconds_per_question": 0.1, "lm_cache_hits": 10}}}
+    assert render_sets([chosen, *runs])[4].startswith("| musique-more-lm95-chosen | built-in |")
+    assert render_sets([chosen, *runs])[4].endswith("| 5.00 (20.0) in `musique-more-lm95` |")
+    assert render_sets([{**chosen, "systems": {**chosen["systems"], "hyperprove": {**chosen["systems"]["hyperprove"], "lm_cache_hits": 8}}},
+                        *runs])[4].endswith("| 5.00 (0.1; 4.00 replayed) |")  # 8 of 10: its own cost
 
 
 def test_reruns_pair_today_s_program_with_the_first_run_and_with_the_rerun_s_peers(tmp_path):

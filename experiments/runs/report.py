@@ -268,10 +268,9 @@ def compiled_program(run: dict, runs: Sequence[dict] = ()) -> list[str]:
             if described:
                 lines += ["Question by question: " + "; ".join(described) + ".", ""]
             break
-    path = ROOT / Path(compiled).with_suffix(".record.json")
-    if not path.is_file():
+    made = compile_record(run)
+    if made is None:
         return [f"Program: `{compiled}` (no compile record beside it).", "", *lines]
-    made = read_json(path, "compile record")
     same = "" if made.get("program_sha256") == run.get("program_sha256") else " (the program has changed since this run)"
     held_out = "training examples it also chose on" if made.get("val_selects") else "held-out training examples"
     grades = (f"; its grade on {made['val_examples']} {held_out} went from {made['val_before']:.2f} to "
@@ -357,10 +356,17 @@ HEADLINE_RUN = "2wiki-lm300"  # hundreds of questions no earlier LM run saw: whe
 
 
 POWERED = (HEADLINE_RUN, "musique-more-lm95", "hotpotqa-more-lm300")  # per set, the dev questions no earlier run saw, in their hundreds
+RERUNS = ("-chosen", "-final")  # a set's rerun with the defaults chosen on train, newest first; it stands for the set where there
+
+
+def newest(named: dict, name: str) -> dict | None:
+    """A set's run as the defaults chosen on train left it: its `RERUNS` rerun, else the run itself."""
+    return next((named[name + suffix] for suffix in RERUNS if name + suffix in named), named.get(name))
 
 
 def render_headline(runs: Sequence[dict]) -> list[str]:
-    """The README's headline: the `POWERED` sets side by side (`render_sets`), then the
+    """The README's headline: the `POWERED` sets side by side (`render_sets`), each set's
+    compiled programs against its built-in demonstrations (`render_compiled`), then the
     `HEADLINE_RUN` rerun with today's defaults (`<name>-final`) or, without it, the run itself
     (`render_powered`); without either, the same-reader table of the 60-question runs."""
     named = {run.get("name"): run for run in runs}
@@ -368,34 +374,125 @@ def render_headline(runs: Sequence[dict]) -> list[str]:
     if run is None:
         return render_same_reader(runs, heading=False)
     then = named.get(HEADLINE_RUN) if run["name"] != HEADLINE_RUN else None
-    return render_sets(runs) + render_powered(run, then)
+    return render_sets(runs) + render_compiled(runs) + render_powered(run, then)
+
+
+def compiled_runs(runs: Sequence[dict], named: dict, name: str) -> list[tuple[dict, dict]]:
+    """(compiled run, built-in run) for a set: each run with a compiled program and the setting
+    (`same_setting`) of the set's `newest` run or of its first, HyperProve among its systems; a
+    `<name>-peers` run, which reruns the peers that read the program under it, is not one
+    (`peer_runs` reads it)."""
+    bases = [run for run in (newest(named, name), named.get(name)) if run and "hyperprove" in run["systems"]]
+    found = []
+    for run in runs:
+        if program_of(run) and "hyperprove" in run["systems"] and not run.get("name", "").endswith("-peers"):
+            base = next((base for base in bases if same_setting(run, base)), None)
+            found += [(run, base)] if base else []
+    return found
+
+
+def peer_runs(named: dict, run: dict, base: dict) -> dict[str, dict]:
+    """Each peer of `run` and the run that holds it: the run's own, else its `<name>-peers` rerun's
+    (the peers that read the program, rerun under its compiled program), else `base`'s (peers that
+    do not read the program answer the same under any program)."""
+    holders = [run, named.get(f"{run.get('name')}-peers"), base]
+    found: dict[str, dict] = {}
+    for holder in [holder for holder in holders if holder]:
+        for name, summary in holder["systems"].items():
+            if name not in OURS and summary.get("f1") is not None:
+                found.setdefault(name, holder)
+    return found
+
+
+def cost_cell(summary: dict) -> str:
+    """LM calls a question and seconds a question, with the calls a record or the cache answered
+    (they take no LM time) named where there were any."""
+    calls, seconds = summary.get("lm_calls_per_question"), summary.get("seconds_per_question")
+    replayed = summary.get("lm_cache_hits", 0) / summary["n"] if summary.get("n") and summary.get("lm_cache_hits") else 0
+    return f"{number(calls)} ({number(seconds, '{:.1f}')}" + (f"; {replayed:.2f} replayed" if replayed else "") + ")"
+
+
+def live_cost(named: dict, run: dict) -> str:
+    """`cost_cell` of HyperProve in `run`, or, where the run replayed nearly all its calls from
+    another run's record (a rerun that changed few calls), in the run that made them, named."""
+    made = run
+    while (source := replayed_from(named, made)) is not None:
+        made = source
+    return cost_cell(made["systems"]["hyperprove"]) + (f" in `{made['name']}`" if made is not run else "")
+
+
+def replayed_from(named: dict, run: dict) -> dict | None:
+    """The run whose record `run` took at least `REPLAYED` of HyperProve's calls from, if any."""
+    summary = run["systems"]["hyperprove"]
+    source = named.get(Path(run.get("config", {}).get("lm", {}).get("replay") or "").name)
+    calls = (summary.get("lm_calls_per_question") or 0) * summary.get("n", 0)
+    replayed = calls and summary.get("lm_cache_hits", 0) >= REPLAYED * calls
+    return source if replayed and source is not run and "hyperprove" in source["systems"] else None
+
+
+REPLAYED = 0.9  # a rerun that took at least this share of its calls from a record costs what that record's run did
 
 
 def render_sets(runs: Sequence[dict]) -> list[str]:
-    """HyperProve on each `POWERED` run (its `<name>-final` rerun when there): F1 against the best
-    peer's, with the paired interval and as a multiple, Recall@5 against ppr's, and the cost."""
+    """HyperProve on each `POWERED` set (its `newest` run, then each run of a program compiled for
+    it): F1 against the best peer's, with the paired interval and as a multiple, Recall@5 against
+    ppr's, and the cost."""
     named = {run.get("name"): run for run in runs}
-    chosen = [named.get(f"{name}-final") or named.get(name) for name in POWERED]
-    chosen = [run for run in chosen if run and "hyperprove" in run["systems"]]
-    if not chosen:
+    rows = []
+    for name in POWERED:
+        base = newest(named, name)
+        if base and "hyperprove" in base["systems"]:
+            rows += [(base, base), *compiled_runs(runs, named, name)]
+    if not rows:
         return []
     lines = ["Each set's dev questions that no earlier run saw, every peer's top 5 through the program's final reader: HyperProve "
-             "minus its best peer on F1 and minus ppr on Recall@5 (mean [paired bootstrap 95% interval]), in %:", "",
-             "| run | dev questions | HyperProve F1 | best peer F1 | F1 minus best peer | × best peer | HyperProve R@5 | R@5 minus ppr "
-             "| LM calls/q (s/q) |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for run in chosen:
-        systems, ours = run["systems"], run["systems"]["hyperprove"]
-        peers = [name for name in systems if name not in OURS and systems[name].get("f1") is not None]
-        best = max(peers, key=lambda name: systems[name]["f1"]) if peers else None
+             "minus its best peer on F1 and minus ppr on Recall@5 (mean [paired bootstrap 95% interval]), in %; a program compiled "
+             "on the set's train split under its built-in one:", "",
+             "| run | program | dev questions | HyperProve F1 | best peer F1 | F1 minus best peer | × best peer | HyperProve R@5 "
+             "| R@5 minus ppr | LM calls/q (s/q) |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for run, base in rows:
+        ours, peers = run["systems"]["hyperprove"], peer_runs(named, run, base)
+        best = max(peers, key=lambda peer: peers[peer]["systems"][peer]["f1"]) if peers else None
+        best_f1 = peers[best]["systems"][best]["f1"] if best else None
         skip, n = run.get("config", {}).get("evaluation", {}).get("skip", 0), run.get("n_questions", ours.get("n"))
-        times = systems[best]["f1"] and ours["f1"] / systems[best]["f1"] if best else None
-        lines.append(f"| {run['name']} | {skip + 1}-{skip + n} ({n}) | {number(ours.get('f1'))} | "
-                     + (f"{number(systems[best]['f1'])} ({best}) | {interval_cell(paired(run, 'hyperprove', run, best, 'f1'))} | "
-                        f"{number(times or None)} | " if best else "– | – | – | ")
+        program = f"`{Path(program_of(run)).stem}`" if program_of(run) else "built-in"
+        lines.append(f"| {run['name']} | {program} | {skip + 1}-{skip + n} ({n}) | {number(ours.get('f1'))} | "
+                     + (f"{number(best_f1)} ({best}) | {interval_cell(paired(run, 'hyperprove', peers[best], best, 'f1'))} | "
+                        f"{number(best_f1 and ours['f1'] / best_f1 or None)} | " if best else "– | – | – | ")
                      + f"{number(ours.get('recall@5'))} | "
-                     + (interval_cell(paired(run, "hyperprove", run, "ppr", "recall@5")) if "ppr" in systems else "–")
-                     + f" | {number(ours.get('lm_calls_per_question'))} ({number(ours.get('seconds_per_question'), '{:.1f}')}) |")
+                     + (interval_cell(paired(run, "hyperprove", peers["ppr"], "ppr", "recall@5")) if "ppr" in peers else "–")
+                     + f" | {live_cost(named, run)} |")
     return lines + [""]
+
+
+def compile_record(run: dict) -> dict | None:
+    """The compile record beside a run's compiled program (None: no program, or no record)."""
+    path = ROOT / Path(program_of(run) or "").with_suffix(".record.json")
+    return read_json(path, "compile record") if program_of(run) and path.is_file() else None
+
+
+def render_compiled(runs: Sequence[dict]) -> list[str]:
+    """Each `POWERED` set's compiled programs against its built-in demonstrations on the same
+    questions (paired), with what making the program cost."""
+    named = {run.get("name"): run for run in runs}
+    lines = []
+    for name in POWERED:
+        for run, base in compiled_runs(runs, named, name):
+            made = compile_record(run) or {}
+            config = Path(program_of(run)).stem
+            command = (f"`hyperprove compile --config experiments/configs/{config}.json`"
+                       if (ROOT / "experiments" / "configs" / f"{config}.json").is_file() else f"`{program_of(run)}`")
+            cost = f"{made['lm_calls']} LM calls, {made['seconds']:.0f} s" if "lm_calls" in made and "seconds" in made else "–"
+            ours, theirs = run["systems"]["hyperprove"], base["systems"]["hyperprove"]
+            lines.append(f"| {base['name']} | {run['name']} | {command} | {cost} | {number(theirs.get('f1'))} → {number(ours.get('f1'))} | "
+                         f"{interval_cell(paired(run, 'hyperprove', base, 'hyperprove', 'f1'))} | "
+                         f"{interval_cell(paired(run, 'hyperprove', base, 'hyperprove', 'recall@5'))} |")
+    if not lines:
+        return []
+    return ["Compiled programs against the built-in demonstrations, HyperProve on the same questions (compiled minus built-in, "
+            "mean [paired bootstrap 95% interval]) and what making the program cost:", "",
+            "| built-in | compiled | made by | making it | F1 | F1 change | R@5 change |", "|---|---|---|---|---:|---:|---:|",
+            *lines, ""]
 
 
 def render_powered(run: dict, then: dict | None = None) -> list[str]:
