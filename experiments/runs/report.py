@@ -23,7 +23,7 @@ from typing import Sequence
 
 ROOT = Path(__file__).resolve().parents[2]
 
-from experiments.harness import SYSTEMS, TYPE_SCORES, per_type_tables, results_table, type_table, with_cached_calls
+from experiments.harness import SYSTEMS, TYPE_SCORES, per_type_tables, results_table, with_cached_calls
 from experiments.metrics import per_type, question_type
 from experiments.runs.failures import failure_counts, failure_summary, failure_table, page_link
 from experiments.runs.results import (
@@ -497,8 +497,8 @@ def render_compiled(runs: Sequence[dict]) -> list[str]:
 
 def render_powered(run: dict, then: dict | None = None) -> list[str]:
     """One run's answer claim: every system's EM / F1 / R@5 and cost, HyperProve's F1 against each
-    peer (paired bootstrap 95% interval) and as a multiple of the best peer's, F1 by question type,
-    and where each system's wrong answers failed (the first stage that failed). With `then`, an
+    peer (paired bootstrap 95% interval) and as a multiple of the best peer's, and where each
+    system's wrong answers failed (the first stage that failed; by question type: the report). With `then`, an
     earlier run on the same questions, also HyperProve's change since it, with its LM calls."""
 
     summaries = with_cached_calls(typed_summaries(run))
@@ -538,9 +538,6 @@ def render_powered(run: dict, then: dict | None = None) -> list[str]:
                      f"{number(before.get('f1'))} → {number(systems['hyperprove'].get('f1'))}, {interval_cell(difference)} "
                      f"(up on {difference['up']} questions, down on {difference['down']}), {difference['verdict']}; LM calls a question "
                      f"{number(before.get('lm_calls_per_question'))} → {number(systems['hyperprove'].get('lm_calls_per_question'))}.")
-    typed = [s for s in summaries if s.get("per_type")]
-    if typed:
-        lines += ["", "F1 by question type:", "", *type_table(typed, "f1")]
     failing = [s for s in summaries if s.get("failures")]
     if failing:
         lines += ["", "Answered right, and the wrong answers by the first stage that failed (after retrieval: the right passages "
