@@ -163,6 +163,8 @@ def _add_config_flags(parser: argparse.ArgumentParser, retriever: bool = True, e
     _add_config_file(parser)
     config_flag(parser, "--extractor", "index.extractor", "fact extractor: " + "; ".join(f"{k}: {v}" for k, v in EXTRACTORS.items()),
                 shown=extractor)
+    config_flag(parser, "--sentence-rules", "index.sentence_rules", "the sentences extractor's rules: 2 line by line, a code block "
+                "whole, no fragments; 1 as runs recorded before 2 existed")
     config_flag(parser, "--embedder", "index.embedder", "embedder id (from its package)")
     config_flag(parser, "--eta", "index.eta", "synonym cosine threshold (step 2)")
     config_flag(parser, "--cache-dir", TOP_LEVEL, "embeddings, indexes, LM extractions and LM calls")

@@ -200,10 +200,16 @@ class IndexConfig:
     max_file_mb: float = Field(64, gt=0, le=10**6)
     max_pdf_pages: int = Field(2000, ge=1, le=10**7)
     max_pdf_text_mb: float = Field(32, gt=0, le=10**6)  # MB of page content a PDF may hold to interpret
+    # the `sentences` extractor's rules: 1 splits a passage as one run of sentences; 2 line by line,
+    # a code block whole, "For example:" with what it introduces, no fact under 3 words, "It’s" kept
+    sentence_rules: int = Field(2, ge=1, le=2)
 
     # The fields that shape the index (batch_size only paces the embedder): what the index cache is
     # keyed on, and what an index loaded for a run must have been built with.
-    SHAPING = ("extractor", "embedder", "eta", "synonym_neighbors", "exact_search_max")
+    SHAPING = ("extractor", "embedder", "eta", "synonym_neighbors", "exact_search_max", "sentence_rules")
+
+    # What a recorded config without these fields ran with (records made before they existed).
+    RECORDED_WITHOUT = {"sentence_rules": 1}
 
     def shaping(self) -> dict:
         return {name: getattr(self, name) for name in self.SHAPING}

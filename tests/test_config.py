@@ -146,3 +146,17 @@ def test_a_retired_option_named_off_is_dropped_and_named_on_is_refused_with_the_
                                   "(git worktree add ../hyperprove-10ca878 10ca878)")
     with pytest.raises(HyperProveError, match=r"program.option_hops=True: .* the last commit with it, 57b67b4, reruns this config"):
         HyperProveConfig.from_dict({"program": {"option_hops": True}}, source="old.json")
+
+
+def test_a_record_without_the_sentence_rules_reruns_the_first_ones_and_an_index_built_before_them_says_so(tmp_path):
+    from pipeline.config import IndexConfig
+    from pipeline.index.store import check_built_with
+
+    assert HyperProveConfig.from_record({"index": {"eta": 0.8}}).index.sentence_rules == 1
+    assert HyperProveConfig.from_dict({}).index.sentence_rules == 2  # a config file: today's rules
+    assert "sentence_rules" in IndexConfig().shaping()  # an index cache of the other rules is never reused
+    manifest = {"config": {"extractor": "sentences", "embedder": "e", "eta": 0.8, "synonym_neighbors": 10, "exact_search_max": 50000}}
+    check_built_with(manifest, tmp_path, IndexConfig(embedder="e", sentence_rules=1))  # built before the rules existed: rules 1
+    with pytest.raises(HyperProveError, match="built with sentence_rules 1, but sentence_rules 2 was asked for; ask for 1 "
+                                              r"\(--sentence-rules or index.sentence_rules in the config\) or rebuild the index"):
+        check_built_with(manifest, tmp_path, IndexConfig(embedder="e"))

@@ -17,8 +17,8 @@ def words(n: int, start: int = 0) -> str:
 
 def test_paragraphs_that_fit_are_packed_whole():
     text = f"{words(30)}\n\n{words(50, 30)}\n\n{words(40, 80)}\n\n\n{words(10, 120)}"
-    # 30 + 50 fit in 100; 40 does not fit beside them and starts the next; 10 joins it
-    assert split_text(text, max_words=100, overlap=20) == [words(80), words(50, 80)]
+    # 30 + 50 fit in 100; 40 does not fit beside them and starts the next; 10 joins it; a line a paragraph
+    assert split_text(text, max_words=100, overlap=20) == [f"{words(30)}\n{words(50, 30)}", f"{words(40, 80)}\n{words(10, 120)}"]
 
 
 def test_a_long_paragraph_is_cut_at_sentences_with_overlap():
@@ -61,8 +61,9 @@ Worked.
         ("", "Before any heading, see the site and this."),
         ("Early life", "Born in London."),
         ("Early life › School", "Went to school."),
-        ("Career", "Worked. # a comment, not a heading"),
+        ("Career", "Worked. ``` # a comment, not a heading ```"),
     ]
+    assert sections[-1].text.endswith("Worked.\n```\n# a comment, not a heading\n```")  # a code block keeps its fences and lines
 
 
 def test_markdown_first_level_one_heading_is_the_title(tmp_path):
@@ -327,3 +328,39 @@ def test_evaluate_reads_a_folder_and_finds_each_question_s_gold_passages_by_its_
     (docs / "babbage.txt").write_text("Charles Babbage\n\nBabbage was born in Marylebone in 1791.")
     code = main(["pages", str(tmp_path / "results")])
     assert code == 2 and f"{docs}: differs from the corpus {tmp_path / 'results'} was evaluated on (sha256 mismatch); no pages written" in capsys.readouterr().err
+
+
+def test_a_code_block_is_one_paragraph_that_keeps_its_lines_and_a_long_one_is_cut_at_lines():
+    from pipeline.index.documents import paragraphs
+
+    text = "Intro   line\nwrapped.\n\n```rust\nfn main() {\n\n    let x = 1;\n}\n```\nAfter.\n\n```\nopen"
+    # prose closed up; the fence's language dropped, blank lines inside left out, indentation kept; an open block closed
+    assert paragraphs(text) == ["Intro line wrapped.", "```\nfn main() {\n    let x = 1;\n}\n```", "After.", "```\nopen\n```"]
+    code = "```\n" + "\n".join(words(4, 4 * k) for k in range(5)) + "\n```"  # 20 words and two fences
+    # 12 words a piece: two fences and two lines of 4 words (a third would make 14), then the next lines
+    assert split_text(code, max_words=12, overlap=0) == ["```\n" + words(4) + "\n" + words(4, 4) + "\n```",
+                                                        "```\n" + words(4, 8) + "\n" + words(4, 12) + "\n```",
+                                                        "```\n" + words(4, 16) + "\n```"]
+
+
+def test_a_line_that_introduces_the_next_paragraph_goes_into_its_passage():
+    text = f"{words(5)}\n\nFor example:\n\n{words(8, 5)}"
+    # 5 + 2 fit in 10, the 8 does not: "For example:" moves on with it (2 + 8 = 10)
+    assert split_text(text, max_words=10, overlap=0) == [words(5), f"For example:\n{words(8, 5)}"]
+    # alone in its passage it stays (nothing to leave behind)
+    assert split_text(f"For example:\n\n{words(9, 5)}", max_words=10, overlap=0) == ["For example:", words(9, 5)]
+
+
+def test_html_code_blocks_are_fenced_headings_nest_and_the_site_name_leaves_the_title(tmp_path):
+    page = b"""<html><head><title>Rust 2015 - The Rust Edition Guide</title></head><body><main>
+    <h1>Rust 2015</h1><p>For example:</p><pre><code>fn main() {
+        println!("hi");
+    }</code></pre><h2>Details</h2><p>One.</p><h3>Migration</h3><p>Two.</p><h2>Other</h2><p>Three.</p></main></body></html>"""
+    title, sections = read_html(tmp_path / "rust-2015.html", page)
+    assert title == "Rust 2015"  # the <h1> is the <title> without " - The Rust Edition Guide"
+    assert [(s.heading, s.text) for s in sections] == [
+        ("", 'For example:\n\n```\nfn main() {\n        println!("hi");\n    }\n```'),
+        ("Details", "One."), ("Details › Migration", "Two."), ("Other", "Three.")]
+    # a <title> that is not the <h1> and a site name keeps the <title>; the <h1> then heads the first section
+    title, sections = read_html(tmp_path / "x.html", b"<title>Guide</title><h1>Start</h1><p>Text here.</p>")
+    assert (title, sections[0].heading) == ("Guide", "Start")

@@ -91,7 +91,7 @@ def test_round_trip_is_exact(built, tmp_path):
     assert loaded.fact_index.search(query, 3)[1].tolist() == built.fact_index.search(query, 3)[1].tolist()
     manifest = json.loads((tmp_path / "idx" / "manifest.json").read_text())
     assert manifest["format_version"] == 3 and manifest["embedder"] == {"id": "test-hash", "dim": 256}
-    assert manifest["extractor"] == {"name": "sentences", "version": "1"}
+    assert manifest["extractor"] == {"name": "sentences", "version": "1", "rules": 2}
     assert set(manifest["files"]) >= {"facts.jsonl", "fact_vectors.npy", "facts.faiss", "entities.faiss"}
 
 

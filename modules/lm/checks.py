@@ -261,6 +261,7 @@ _ABBREVIATIONS = {
 }
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"'”)]?\s+(?=[A-Z0-9\"“'(])")
 _SUBJECT_PRONOUN = re.compile(r"^(He|She|It|They)\b")
+_CONTRACTED = re.compile(r"^(?:He|She|It|They)['’]")
 _POSSESSIVE_PRONOUN = re.compile(r"^(His|Her|Its|Their)\b")
 _PARENTHETICAL = re.compile(r"\s*\([^)]*\)\s*$")
 NAMED_DATE = re.compile(
@@ -307,16 +308,66 @@ def split_sentences(text: str) -> list[str]:
     return [s for s in sentences if s]
 
 
+FENCE = "```"  # a code block in a passage's text (pipeline.index.documents writes them so)
+MIN_FACT_WORDS = 3  # a sentence shorter than this ("Congrats!", "1") is no fact alone: it joins a neighbour
+
+
+def text_units(text: str) -> list[tuple[str, bool]]:
+    """A passage's sentences line by line, never across a line, each fenced code block whole (its
+    lines closed up); with each, whether it starts its line."""
+    units: list[tuple[str, bool]] = []
+    lines = text.split("\n")
+    k = 0
+    while k < len(lines):
+        line, k = lines[k].strip(), k + 1
+        if line.startswith(FENCE):
+            code = []
+            while k < len(lines) and lines[k].strip() != FENCE:
+                code.append(lines[k])
+                k += 1
+            k += 1
+            if body := " ".join(" ".join(code).split()):
+                units.append((body, True))
+        elif line:
+            units += [(sentence, n == 0) for n, sentence in enumerate(split_sentences(" ".join(line.split())))]
+    return units
+
+
+def document_sentences(text: str) -> list[str]:
+    """Rule 1 for text kept in lines (`sentence_rules` 2): the sentences of each line (`text_units`);
+    one that ends with ":" ("For example:") together with what it introduces, the next sentence,
+    line or code block; one under MIN_FACT_WORDS words joined to the sentence before it on its
+    line, or, first on its line (a term, a label) or introducing, to the one after it. So every fact is a
+    whole statement, and all of the text is in some fact."""
+    facts: list[str] = []
+    waiting = ""  # a short sentence that starts its line, kept for the next
+    for unit, first in text_units(text):
+        unit = f"{waiting} {unit}" if waiting else unit
+        waiting = ""
+        short = len(unit.split()) < MIN_FACT_WORDS
+        if facts and (facts[-1].endswith(":") or (short and not first and not unit.endswith(":"))):
+            facts[-1] += " " + unit
+        elif short:
+            waiting = unit
+        else:
+            facts.append(unit)
+    if waiting:
+        facts = facts[:-1] + [f"{facts[-1]} {waiting}"] if facts else [waiting]
+    return facts
+
+
 def subject_name(title: str) -> str:
     """A title without its disambiguating parenthetical: "Jaws (film)" -> "Jaws"."""
     return _PARENTHETICAL.sub("", title).strip() or title.strip()
 
 
-def resolve_pronoun(sentence: str, subject: str) -> tuple[str, bool]:
-    """Rule 2: replace a sentence-initial pronoun with the subject; says whether it did."""
+def resolve_pronoun(sentence: str, subject: str, contractions: bool = True) -> tuple[str, bool]:
+    """Rule 2: replace a sentence-initial pronoun with the subject; says whether it did. Without
+    `contractions` a contracted pronoun ("It’s identical") is left alone: read as a possessive it
+    became "<title>’s identical"."""
     if _POSSESSIVE_PRONOUN.match(sentence):
         return _POSSESSIVE_PRONOUN.sub(f"{subject}'s", sentence, count=1), True
-    if _SUBJECT_PRONOUN.match(sentence):
+    if _SUBJECT_PRONOUN.match(sentence) and (contractions or not _CONTRACTED.match(sentence)):
         return _SUBJECT_PRONOUN.sub(subject, sentence, count=1), True
     return sentence, False
 

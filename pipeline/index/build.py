@@ -245,7 +245,7 @@ def build_index(passages: list[Passage], config: IndexConfig, embedder, progress
 
     `extractor` is needed for the `lm` extractor (it carries the LM); `sentences` is made here.
     """
-    extractor = extractor or make_extractor(config.extractor)
+    extractor = extractor or make_extractor(config.extractor, rules=config.sentence_rules)
     if extractor.name != config.extractor:
         raise HyperProveError(f"index config names extractor {config.extractor!r} but {extractor.name!r} was given")
     facts: list[Fact] = [fact for per_passage in extractor.extract(passages, progress=progress) for fact in per_passage]

@@ -64,7 +64,7 @@ def grow_index(index: HypergraphIndex, added: list[Passage], config: IndexConfig
     rule of `settle_vector_indexes`). On the same data a build of the whole corpus gives the same
     ids, vectors and incidence; see `grow_synonyms`. `index` is consumed: its FAISS indexes are
     the new one's."""
-    extractor = extractor or make_extractor(config.extractor)
+    extractor = extractor or make_extractor(config.extractor, rules=index.info["config"].get("sentence_rules", 1))  # the rules it was built with
     if extractor.name != index.info["extractor"]["name"]:
         raise HyperProveError(f"the index was built with the {index.info['extractor']['name']!r} extractor; grow it with the same, not {extractor.name!r}")
     passages = index.passages + list(added)

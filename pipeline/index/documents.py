@@ -25,6 +25,7 @@ from typing import Callable, Collection, Iterator
 
 from modules.errors import HyperProveError
 from modules.facts import Passage
+from modules.lm.checks import FENCE  # how a code block is kept in a passage's text, for the fact extractor
 from pipeline.index.corpus import corpus_passage
 
 DOCS_HINT = 'pip install -e ".[docs]"'
@@ -103,8 +104,35 @@ SENTENCE_END = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"')\]]))\s+(?=[\"'(\[]?[A-Z
 
 
 def paragraphs(text: str) -> list[str]:
-    """Blank-line separated paragraphs, each with its whitespace closed up."""
-    return [" ".join(block.split()) for block in re.split(r"\n\s*\n", text) if block.strip()]
+    """Blank-line separated paragraphs, each with its whitespace closed up; a fenced code block is
+    one paragraph that keeps its lines (their indentation too, without blank ones)."""
+    found: list[str] = []
+    prose: list[str] = []
+    code: list[str] | None = None  # the lines of an open code block
+
+    def close_prose() -> None:
+        if prose:
+            found.append(" ".join(" ".join(prose).split()))
+            prose.clear()
+
+    for line in text.split("\n"):
+        if code is not None:
+            if line.strip() == FENCE:
+                found.append("\n".join([*code, FENCE]))
+                code = None
+            elif line.strip():
+                code.append(line.rstrip())
+        elif line.strip().startswith(FENCE):
+            close_prose()
+            code = [FENCE]
+        elif line.strip():
+            prose.append(line)
+        else:
+            close_prose()
+    close_prose()
+    if code is not None and len(code) > 1:  # a block left open at the end closes there
+        found.append("\n".join([*code, FENCE]))
+    return found
 
 
 ABBREVIATIONS = {"mr.", "mrs.", "ms.", "dr.", "st.", "jr.", "sr.", "prof.", "gen.", "col.", "lt.", "vs.", "no.", "b.", "d.", "c.",
@@ -131,38 +159,67 @@ def _pieces(paragraph: str, max_words: int) -> list[list[str]]:
     return pieces
 
 
+def _code_pieces(block: str, max_words: int) -> list[str]:
+    """A code block over the budget as fenced blocks of whole lines (a line over it cut in windows)."""
+    budget = max_words - 2  # the two fences count as words
+    lines: list[str] = []
+    for line in block.split("\n")[1:-1]:
+        words = line.split()
+        lines += [line] if len(words) <= budget else [" ".join(words[k:k + budget]) for k in range(0, len(words), budget)]
+    pieces: list[str] = []
+    current: list[str] = []
+    for line in lines:
+        if current and sum(len(x.split()) for x in current) + len(line.split()) > budget:
+            pieces.append("\n".join([FENCE, *current, FENCE]))
+            current = []
+        current.append(line)
+    if current:
+        pieces.append("\n".join([FENCE, *current, FENCE]))
+    return pieces
+
+
 def split_text(text: str, max_words: int = 120, overlap: int = 20) -> list[str]:
-    """Passages of at most `max_words` words: whole paragraphs packed together while they fit; a
-    longer paragraph in sentence runs, each later run starting with the last sentences (at most
-    `overlap` words) of the run before it. Paragraphs that fit are never cut or repeated."""
+    """Passages of at most `max_words` words, a line per paragraph: whole paragraphs packed
+    together while they fit; a longer paragraph in sentence runs, each later run starting with the
+    last sentences (at most `overlap` words) of the run before it; a longer code block in blocks of
+    whole lines. Paragraphs that fit are never cut or repeated. The lines keep a page's structure
+    for the fact extractor (a code block, a list item, a sentence that introduces what follows it);
+    quotes are matched ignoring spaces."""
     chunks: list[str] = []
-    current: list[str] = []  # words of the passage being packed
+    current: list[str] = []  # the lines of the passage being packed
 
     def emit() -> None:
         if current:
-            chunks.append(" ".join(current))
+            chunks.append("\n".join(current))
             current.clear()
 
     for paragraph in paragraphs(text):
-        words = paragraph.split()
-        if len(words) <= max_words:
-            if len(current) + len(words) > max_words:
+        size = len(paragraph.split())
+        if size <= max_words:
+            if sum(len(line.split()) for line in current) + size > max_words:
+                # a line that introduces this paragraph ("For example:") goes with it, where both fit
+                intro = current.pop() if len(current) > 1 and current[-1].endswith(":") and len(current[-1].split()) + size <= max_words else None
                 emit()
-            current += words
+                current += [intro] if intro else []
+            current.append(paragraph)
             continue
         emit()
+        if paragraph.startswith(FENCE):
+            chunks += _code_pieces(paragraph, max_words)
+            continue
+        run: list[str] = []  # the words of the paragraph's run being packed
         carried: list[list[str]] = []  # the sentences the next run repeats
         for piece in _pieces(paragraph, max_words):
-            if len(current) + len(piece) > max_words:
-                emit()
-                current += [w for sentence in carried for w in sentence]
-                if len(current) + len(piece) > max_words:  # the overlap and the piece do not fit together
-                    current.clear()
-            current += piece
+            if len(run) + len(piece) > max_words:
+                chunks.append(" ".join(run))
+                run = [w for sentence in carried for w in sentence]
+                if len(run) + len(piece) > max_words:  # the overlap and the piece do not fit together
+                    run = []
+            run += piece
             carried = (carried + [piece]) if len(piece) <= overlap else []
             while carried and sum(map(len, carried)) > overlap:
                 carried.pop(0)
-        emit()
+        chunks.append(" ".join(run))
     emit()
     return chunks
 
@@ -289,6 +346,7 @@ def read_markdown(path: Path, data: bytes) -> tuple[str, list[Section]]:
         line, number = lines[number], number + 1
         if line.lstrip().startswith(("```", "~~~")):
             fenced = not fenced
+            body.append(FENCE)  # as a fence of backticks, whatever the file's fence and language
             continue
         if fenced:
             body.append(line)
@@ -330,7 +388,9 @@ HTML_NOISE = ["head", "title", "script", "style", "noscript", "nav", "header", "
 def read_html(path: Path, data: bytes) -> tuple[str, list[Section]]:
     """The main text (`<main>`, else `<article>`, else `<body>`) without scripts, navigation,
     headers and footers, a paragraph per block element and per table row; `<h1>`-`<h6>` start
-    sections, the page's `<title>` (or first `<h1>`) titles it."""
+    sections titled by the headings above them ("Details › Migration"), the page's `<title>` (or
+    first `<h1>`) titles it, without the site's name where the `<h1>` is the rest of it
+    ("Rust 2015 - The Rust Edition Guide" with `<h1>` "Rust 2015": "Rust 2015")."""
     bs4 = _optional("bs4", "HTML")
     markup = decoded(data) if encoding_of(data) or b"\x00" in data else data  # else bs4 reads a <meta charset>
     soup = bs4.BeautifulSoup(markup, "html.parser")
@@ -340,7 +400,8 @@ def read_html(path: Path, data: bytes) -> tuple[str, list[Section]]:
     for noise in soup.find_all(HTML_NOISE):
         noise.decompose()
     sections: list[Section] = []
-    heading, body, words = "", [], []  # words: (text, inside a link)
+    trail: list[tuple[int, str]] = []  # the headings above the current block, with their levels
+    body, words = [], []  # words: (text, inside a link)
 
     def paragraph() -> None:
         """The words read since the last block as a paragraph, unless nearly all are link text
@@ -353,7 +414,7 @@ def read_html(path: Path, data: bytes) -> tuple[str, list[Section]]:
         words.clear()
 
     def walk(node, in_link: bool = False) -> None:
-        nonlocal heading, title
+        nonlocal trail, title
         for child in node.children:
             if isinstance(child, bs4.NavigableString):
                 if type(child) is bs4.NavigableString:  # not a comment, doctype or CDATA
@@ -361,13 +422,18 @@ def read_html(path: Path, data: bytes) -> tuple[str, list[Section]]:
             elif child.name in HTML_HEADINGS:
                 paragraph()
                 if body:
-                    sections.append(Section(heading, "\n\n".join(body)))
+                    sections.append(Section(SECTION_MARK.join(text for _, text in trail), "\n\n".join(body)))
                     body.clear()
-                text = " ".join(child.get_text(" ").split())
-                if child.name == "h1" and not title:
+                text, level = " ".join(child.get_text(" ").split()), int(child.name[1])
+                if level == 1 and (not title or without_site(title, text)):
                     title = text
-                elif text and not (child.name == "h1" and text == title):
-                    heading = text
+                elif text and not (level == 1 and text == title):
+                    trail = [(above, heading) for above, heading in trail if above < level] + [(level, text)]
+            elif child.name == "pre":  # a code block: its lines kept, fenced
+                paragraph()
+                lines = [line.rstrip() for line in child.get_text().split("\n") if line.strip()]
+                if lines:
+                    body.append("\n".join([FENCE, *lines, FENCE]))
             elif child.name in HTML_BLOCKS:
                 paragraph()
                 walk(child, in_link)
@@ -381,8 +447,17 @@ def read_html(path: Path, data: bytes) -> tuple[str, list[Section]]:
     walk(soup.find("main") or soup.find("article") or soup.body or soup)
     paragraph()
     if body:
-        sections.append(Section(heading, "\n\n".join(body)))
+        sections.append(Section(SECTION_MARK.join(text for _, text in trail), "\n\n".join(body)))
     return title or humanised(path.stem), sections
+
+
+SITE_SEPARATORS = (" - ", " | ", " — ", " – ", " · ", " :: ")  # between a page's name and its site's in a <title>
+
+
+def without_site(title: str, h1: str) -> bool:
+    """Whether `title` is the page's `h1` and its site's name ("Rust 2015 - The Rust Edition
+    Guide", "Rust 2015"), either way round: the `h1` alone then titles the page."""
+    return any(title.startswith(h1 + mark) or title.endswith(mark + h1) for mark in SITE_SEPARATORS) if h1 else False
 
 
 class OverBudget(ValueError):

@@ -29,9 +29,17 @@ from typing import Callable, Iterator, Protocol, Sequence
 
 from modules.errors import HyperProveError
 from modules.facts import Fact, Passage
-from modules.lm.checks import find_entities, mentioned, resolve_pronoun, split_sentences, subject_name
+from modules.lm.checks import (
+    document_sentences,
+    find_entities,
+    mentioned,
+    resolve_pronoun,
+    split_sentences,
+    subject_name,
+)
 from pipeline.config import EXTRACTORS, HyperProveConfig
 from pipeline.files import atomic_write_json, clear_scratch, read_json
+from pipeline.index.documents import SECTION_MARK
 from pipeline.lm.cluster import WorkerPool, batches, ray_module
 from pipeline.runtime import apply_library_defaults
 
@@ -52,10 +60,14 @@ class Extractor(Protocol):
 
 
 class SentenceExtractor:
-    """Sentences as facts, entities by rule (see the module docstring)."""
+    """Sentences as facts, entities by rule (see the module docstring); `rules` 1 splits a passage's
+    text as one run of sentences, 2 line by line (`document_sentences`)."""
 
     name = "sentences"
     version = "1"
+
+    def __init__(self, rules: int = 2):
+        self.rules = rules
 
     def extract(self, passages: Sequence[Passage], first_id: int = 0, progress: bool = False) -> list[list[Fact]]:
         from tqdm import tqdm
@@ -63,18 +75,20 @@ class SentenceExtractor:
         return [self.extract_passage(p, first_id + k) for k, p in enumerate(tqdm(passages, desc="extract", unit="passage", disable=not progress))]
 
     def extract_passage(self, passage: Passage, passage_id: int) -> list[Fact]:
-        subject = subject_name(passage.title)
+        # with the line rules a document's passage ("Page › Section") has its page for subject
+        subject = subject_name(passage.title if self.rules == 1 else passage.title.split(SECTION_MARK)[0])
         facts = []
-        for position, sentence in enumerate(split_sentences(passage.text)):
+        units = split_sentences(passage.text) if self.rules == 1 else document_sentences(passage.text)
+        for position, sentence in enumerate(units):
             if position > 0:
-                sentence, _ = resolve_pronoun(sentence, subject)
+                sentence, _ = resolve_pronoun(sentence, subject, contractions=self.rules == 1)
             facts.append(Fact(text=sentence, entities=tuple(find_entities(sentence, subject)), passage=passage_id))
         if not facts and passage.title.strip():
             facts.append(Fact(text=subject, entities=(subject,), passage=passage_id))
         return facts
 
     def report(self) -> dict:
-        return {"name": self.name, "version": self.version}
+        return {"name": self.name, "version": self.version, **({"rules": self.rules} if self.rules != 1 else {})}
 
 
 class LMExtractor:
@@ -162,7 +176,7 @@ class LMExtractor:
                     bar.update(1)
             finally:
                 self.counts["lm_seconds"] = round(self.counts["lm_seconds"] + time.perf_counter() - started, 2)
-        sentences = SentenceExtractor()
+        sentences = SentenceExtractor(rules=1)  # the fallback of records made before the line rules: kept so
         facts = []
         for k, (passage, found) in enumerate(zip(passages, rows)):
             if found is None:
@@ -196,7 +210,8 @@ class LMEntityExtractor(LMExtractor):
 
     @staticmethod
     def rows(passage: Passage, output) -> list[dict]:
-        return [{"text": fact.text, "entities": mentioned(output.entities, fact.text)} for fact in SentenceExtractor().extract_passage(passage, 0)]
+        sentences = SentenceExtractor(rules=1).extract_passage(passage, 0)  # the sentences its cached rows and records hold
+        return [{"text": fact.text, "entities": mentioned(output.entities, fact.text)} for fact in sentences]
 
 
 def ask_rows(module, rows: Callable, lm, passage: Passage) -> tuple[list[dict] | None, bool]:
@@ -339,11 +354,12 @@ LM_EXTRACTORS = {extractor.name: extractor for extractor in (LMExtractor, LMEnti
 EXTRACTOR_VERSIONS = {"sentences": SentenceExtractor.version, **{name: e.version for name, e in LM_EXTRACTORS.items()}}  # in index cache keys
 
 
-def make_extractor(name: str, lm=None, lm_id: str | None = None, cache_dir: str | Path = ".hyperprove/cache", threads: int = 1) -> Extractor:
+def make_extractor(name: str, lm=None, lm_id: str | None = None, cache_dir: str | Path = ".hyperprove/cache", threads: int = 1,
+                   rules: int = 2) -> Extractor:
     """The named extractor (`pipeline.config.EXTRACTORS`); the LM ones need an LM (and its id,
-    for the cache and the manifest)."""
+    for the cache and the manifest); `rules` are the `sentences` extractor's (`IndexConfig.sentence_rules`)."""
     if name == "sentences":
-        return SentenceExtractor()
+        return SentenceExtractor(rules)
     if name in LM_EXTRACTORS:
         if lm is None or lm_id is None:
             raise HyperProveError(f"extractor {name!r} needs an LM (the local model, or --lm MODEL)")
@@ -355,7 +371,7 @@ def extractor_for(config, runtime, make_runtime: Callable | None = None) -> Extr
     """The extractor a `HyperProveConfig` names; an LM one takes the runtime's LM, started only now,
     or with `cluster.ray` asks Ray workers, each with `make_runtime(config)` (default `Runtime`)."""
     if config.index.extractor not in LM_EXTRACTORS:
-        return make_extractor(config.index.extractor)
+        return make_extractor(config.index.extractor, rules=config.index.sentence_rules)
     if config.cluster.ray is not None:
         from pipeline.runtime import Runtime
 

@@ -215,7 +215,7 @@ def _jsonl_rows(path: Path, block: int = 10_000) -> Iterator:
 
 def check_built_with(manifest: dict, directory: Path, expect: IndexConfig) -> None:
     """The index was built with the settings asked for: a run then records what it really used."""
-    built = manifest["config"]
+    built = {**IndexConfig.RECORDED_WITHOUT, **manifest["config"]}  # an index built before a setting existed went without it
     for name, wanted in expect.shaping().items():
         if name in built and built[name] != wanted:
             raise HyperProveError(f"{directory}: built with {name} {built[name]!r}, but {name} {wanted!r} was asked for; "
