@@ -364,3 +364,17 @@ def test_html_code_blocks_are_fenced_headings_nest_and_the_site_name_leaves_the_
     # a <title> that is not the <h1> and a site name keeps the <title>; the <h1> then heads the first section
     title, sections = read_html(tmp_path / "x.html", b"<title>Guide</title><h1>Start</h1><p>Text here.</p>")
     assert (title, sections[0].heading) == ("Guide", "Start")
+
+
+def test_a_page_that_asks_not_to_be_indexed_or_redirects_is_left_out_with_one_line(tmp_path):
+    (tmp_path / "chapter.html").write_text("<title>Chapter</title><main><p>The chapter's own text is here.</p></main>")
+    # mdBook's print.html: the whole book again, marked noindex; read, every passage would be there twice
+    (tmp_path / "print.html").write_text('<head><meta name="ROBOTS" content="noindex"></head><main><p>The chapter\'s own text, '
+                                         'cut elsewhere.</p></main>')
+    # and a redirect stub
+    (tmp_path / "old.html").write_text('<meta http-equiv="refresh" content="0; URL=chapter.html"><p>Redirecting to... chapter.html.</p>')
+    lines = []
+    corpus = read_folder(tmp_path, log=lines.append)
+    assert [p.source for p in corpus.passages] == ["chapter.html#0"]
+    assert any(line.endswith("print.html: skipped: the page asks not to be indexed (robots noindex)") for line in lines)
+    assert any(line.endswith("old.html: skipped: the page redirects to another (meta refresh)") for line in lines)

@@ -385,6 +385,23 @@ LINK_DENSITY = 0.8  # a paragraph with at least this share of its words in links
 HTML_NOISE = ["head", "title", "script", "style", "noscript", "nav", "header", "footer", "aside", "form", "template", "svg", "button", "iframe"]
 
 
+class NotForIndexing(ValueError):
+    """A page that is no content of its own: one that asks search engines not to index it
+    (`<meta name="robots" content="noindex">`: a generated site's copy of other pages, such as
+    mdBook's print.html, the whole book again, and toc.html), or a redirect stub (`<meta
+    http-equiv="refresh">`, "Redirecting to ..."). Read, they would repeat other pages' passages."""
+
+
+def not_content(soup) -> str | None:
+    """Why an HTML page is `NotForIndexing`, or None."""
+    meta = lambda key, value: soup.find("meta", attrs={key: lambda found: found and found.lower() == value})  # noqa: E731
+    if (robots := meta("name", "robots")) and "noindex" in str(robots.get("content", "")).lower():
+        return "the page asks not to be indexed (robots noindex)"
+    if meta("http-equiv", "refresh"):
+        return "the page redirects to another (meta refresh)"
+    return None
+
+
 def read_html(path: Path, data: bytes) -> tuple[str, list[Section]]:
     """The main text (`<main>`, else `<article>`, else `<body>`) without scripts, navigation,
     headers and footers, a paragraph per block element and per table row; `<h1>`-`<h6>` start
@@ -396,6 +413,8 @@ def read_html(path: Path, data: bytes) -> tuple[str, list[Section]]:
     soup = bs4.BeautifulSoup(markup, "html.parser")
     if problem := binary_problem(soup.get_text()):
         raise ValueError(problem)
+    if reason := not_content(soup):
+        raise NotForIndexing(reason)
     title = " ".join(soup.title.get_text(" ").split()) if soup.title else ""
     for noise in soup.find_all(HTML_NOISE):
         noise.decompose()
@@ -560,7 +579,7 @@ def read_document(path: Path, relative: str, reading: Reading = Reading()) -> Do
             title, sections = read_pdf(named, data, reading.max_pdf_pages, reading.max_pdf_text_mb)
         else:
             title, sections = READERS[suffix](named, data)
-    except (MissingExtra, OverBudget):
+    except (MissingExtra, OverBudget, NotForIndexing):
         raise
     except HyperProveError as error:  # a corpus file's field check, which names the file itself
         raise ValueError(str(error).removeprefix(f"{named}: ")) from None
@@ -665,7 +684,7 @@ def read_folder(folder: str | Path, reading: Reading = Reading(), log: Callable[
             document = read_document(path, relative, reading)
         except OSError as error:
             problem = f"cannot read it ({error.strerror or error})"
-        except OverBudget as error:
+        except (OverBudget, NotForIndexing) as error:
             problem = str(error)
         except ValueError as error:
             problem = f"not a readable {suffix[1:].upper()} file ({error})"
