@@ -330,12 +330,22 @@ def test_evaluate_reads_a_folder_and_finds_each_question_s_gold_passages_by_its_
     assert code == 2 and f"{docs}: differs from the corpus {tmp_path / 'results'} was evaluated on (sha256 mismatch); no pages written" in capsys.readouterr().err
 
 
+def test_fences_are_read_once_for_splitting_and_for_extracting():
+    from modules.lm.checks import text_blocks, text_units
+
+    text = "a\n```rust\n  x = 1\n\n```\nIt ends here. Then more\n```\ny"
+    # a line outside a block alone; a block's lines as written, its fences and language dropped; an open one closed at the end
+    assert list(text_blocks(text)) == [(False, ["a"]), (True, ["  x = 1", ""]), (False, ["It ends here. Then more"]), (True, ["y"])]
+    assert text_units(text) == [("a", True), ("x = 1", True), ("It ends here.", True), ("Then more", False), ("y", True)]
+
+
 def test_a_code_block_is_one_paragraph_that_keeps_its_lines_and_a_long_one_is_cut_at_lines():
     from pipeline.index.documents import paragraphs
 
     text = "Intro   line\nwrapped.\n\n```rust\nfn main() {\n\n    let x = 1;\n}\n```\nAfter.\n\n```\nopen"
     # prose closed up; the fence's language dropped, blank lines inside left out, indentation kept; an open block closed
     assert paragraphs(text) == ["Intro line wrapped.", "```\nfn main() {\n    let x = 1;\n}\n```", "After.", "```\nopen\n```"]
+    assert paragraphs("Before.\n```\n\n```\nAfter.") == ["Before.", "After."]  # an empty block is no paragraph
     code = "```\n" + "\n".join(words(4, 4 * k) for k in range(5)) + "\n```"  # 20 words and two fences
     # 12 words a piece: two fences and two lines of 4 words (a third would make 14), then the next lines
     assert split_text(code, max_words=12, overlap=0) == ["```\n" + words(4) + "\n" + words(4, 4) + "\n```",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import bisect
 import re
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from modules.facts import ScoredFact
 from modules.lm.countries import countries_named
@@ -312,24 +312,36 @@ FENCE = "```"  # a code block in a passage's text (pipeline.index.documents writ
 MIN_FACT_WORDS = 3  # a sentence shorter than this ("Congrats!", "1") is no fact alone: it joins a neighbour
 
 
+def text_blocks(text: str) -> Iterator[tuple[bool, list[str]]]:
+    """A text's lines with each fenced code block as one item: (False, [line]) for a line outside a
+    block, (True, the lines between its fences) for a block; one left open closes at the end. The
+    one reading of fences that both splitting a page and extracting its facts use."""
+    code: list[str] | None = None  # the lines of an open code block
+    for line in text.split("\n"):
+        if code is not None:
+            if line.strip() == FENCE:
+                yield True, code
+                code = None
+            else:
+                code.append(line)
+        elif line.strip().startswith(FENCE):
+            code = []
+        else:
+            yield False, [line]
+    if code is not None:
+        yield True, code
+
+
 def text_units(text: str) -> list[tuple[str, bool]]:
     """A passage's sentences line by line, never across a line, each fenced code block whole (its
     lines closed up); with each, whether it starts its line."""
     units: list[tuple[str, bool]] = []
-    lines = text.split("\n")
-    k = 0
-    while k < len(lines):
-        line, k = lines[k].strip(), k + 1
-        if line.startswith(FENCE):
-            code = []
-            while k < len(lines) and lines[k].strip() != FENCE:
-                code.append(lines[k])
-                k += 1
-            k += 1
-            if body := " ".join(" ".join(code).split()):
+    for code, lines in text_blocks(text):
+        if code:
+            if body := " ".join(" ".join(lines).split()):
                 units.append((body, True))
-        elif line:
-            units += [(sentence, n == 0) for n, sentence in enumerate(split_sentences(" ".join(line.split())))]
+        elif line := " ".join(lines[0].split()):
+            units += [(sentence, n == 0) for n, sentence in enumerate(split_sentences(line))]
     return units
 
 

@@ -25,7 +25,7 @@ from typing import Callable, Collection, Iterator
 
 from modules.errors import HyperProveError
 from modules.facts import Passage
-from modules.lm.checks import FENCE  # how a code block is kept in a passage's text, for the fact extractor
+from modules.lm.checks import FENCE, text_blocks  # how a code block is kept in a passage's text, for the fact extractor
 from pipeline.index.corpus import corpus_passage
 
 DOCS_HINT = 'pip install -e ".[docs]"'
@@ -108,30 +108,22 @@ def paragraphs(text: str) -> list[str]:
     one paragraph that keeps its lines (their indentation too, without blank ones)."""
     found: list[str] = []
     prose: list[str] = []
-    code: list[str] | None = None  # the lines of an open code block
 
     def close_prose() -> None:
         if prose:
             found.append(" ".join(" ".join(prose).split()))
             prose.clear()
 
-    for line in text.split("\n"):
-        if code is not None:
-            if line.strip() == FENCE:
-                found.append("\n".join([*code, FENCE]))
-                code = None
-            elif line.strip():
-                code.append(line.rstrip())
-        elif line.strip().startswith(FENCE):
+    for code, lines in text_blocks(text):
+        if code:
             close_prose()
-            code = [FENCE]
-        elif line.strip():
-            prose.append(line)
+            if kept := [line.rstrip() for line in lines if line.strip()]:
+                found.append("\n".join([FENCE, *kept, FENCE]))
+        elif lines[0].strip():
+            prose.append(lines[0])
         else:
             close_prose()
     close_prose()
-    if code is not None and len(code) > 1:  # a block left open at the end closes there
-        found.append("\n".join([*code, FENCE]))
     return found
 
 
