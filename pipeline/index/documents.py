@@ -160,11 +160,13 @@ def _code_pieces(block: str, max_words: int) -> list[str]:
         lines += [line] if len(words) <= budget else [" ".join(words[k:k + budget]) for k in range(0, len(words), budget)]
     pieces: list[str] = []
     current: list[str] = []
+    size = 0  # the words of `current`
     for line in lines:
-        if current and sum(len(x.split()) for x in current) + len(line.split()) > budget:
+        if current and size + len(line.split()) > budget:
             pieces.append("\n".join([FENCE, *current, FENCE]))
-            current = []
+            current, size = [], 0
         current.append(line)
+        size += len(line.split())
     if current:
         pieces.append("\n".join([FENCE, *current, FENCE]))
     return pieces
@@ -179,6 +181,7 @@ def split_text(text: str, max_words: int = 120, overlap: int = 20) -> list[str]:
     quotes are matched ignoring spaces."""
     chunks: list[str] = []
     current: list[str] = []  # the lines of the passage being packed
+    packed = 0  # their words
 
     def emit() -> None:
         if current:
@@ -188,14 +191,17 @@ def split_text(text: str, max_words: int = 120, overlap: int = 20) -> list[str]:
     for paragraph in paragraphs(text):
         size = len(paragraph.split())
         if size <= max_words:
-            if sum(len(line.split()) for line in current) + size > max_words:
+            if packed + size > max_words:
                 # a line that introduces this paragraph ("For example:") goes with it, where both fit
                 intro = current.pop() if len(current) > 1 and current[-1].endswith(":") and len(current[-1].split()) + size <= max_words else None
                 emit()
                 current += [intro] if intro else []
+                packed = len(intro.split()) if intro else 0
             current.append(paragraph)
+            packed += size
             continue
         emit()
+        packed = 0
         if paragraph.startswith(FENCE):
             chunks += _code_pieces(paragraph, max_words)
             continue
