@@ -286,7 +286,7 @@ COLUMNS = (
     ("prompt_tokens_per_question", "prompt tok/q", "{:.0f}"),
     ("completion_tokens_per_question", "gen tok/q", "{:.0f}"), ("seconds_per_question", "s/q", "{:.4g}"),
     ("retrieval_ms_per_question", "retrieval ms/q", "{:.1f}"), ("planned_by_rule", "planned by rule", "{:d}"),
-    ("answered_by_rule", "answered by rule", "{:d}"),
+    ("answered_by_rule", "answered by rule", "{:d}"), ("documentation_demos", "documentation demos", "{:d}"),
 )
 
 

@@ -120,6 +120,8 @@ def answer_row(question: Question, program: Callable[[str], dspy.Prediction], ks
                 row["by_rule"] = prediction.by_rule
             if prediction.get("planned_by_rule"):
                 row["planned_by_rule"] = True
+            if prediction.get("documentation"):
+                row["documentation_demos"] = True
         except LM_UNAVAILABLE:
             raise
         except Exception as error:  # noqa: BLE001 - one question must not stop the batch
@@ -158,4 +160,6 @@ def summarize(rows: Sequence[dict], ks: Sequence[int] = (2, 5)) -> dict:
         summary["answered_by_rule"] = sum("by_rule" in r for r in rows)
     if any("planned_by_rule" in r for r in rows):
         summary["planned_by_rule"] = sum("planned_by_rule" in r for r in rows)
+    if any("documentation_demos" in r for r in rows):
+        summary["documentation_demos"] = sum("documentation_demos" in r for r in rows)
     return summary

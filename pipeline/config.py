@@ -164,13 +164,14 @@ class ProgramConfig:
     comparison_plans: bool = True  # comparison and same-country questions of a shape a rule reads get their sub-questions by rule, without the decomposer
     hop_passage_facts: int = Field(6, ge=0, le=20)  # the hop reader also reads up to this many more facts of the hop's top passage (its other sentences, in order); 0: the top K alone
     both_by_rule: bool = True  # with compare_by_rule: "Are both A and B ...?" answered from the hops' yes/no answers (`both_answer`)
+    documentation_demos: bool = False  # a question about a software manual (`QuestionShape`) is shown documentation demonstrations in the decomposer and hop reader
 
     # What a recorded config without these fields ran with (records made before they existed), so
     # that reproducing an old run reruns the old program whatever today's defaults are.
     RECORDED_WITHOUT = {"entity_retries": 0, "grounded_hops": False, "question_channel": False, "reader_evidence": "facts",
                         "comparison_demos": False, "bridge_rewrite": "lm", "grounded_in": "cited",
                         "choose_options": False, "compare_by_rule": False, "comparison_plans": False,
-                        "country_names": False, "hop_passage_facts": 0, "both_by_rule": False}
+                        "country_names": False, "hop_passage_facts": 0, "both_by_rule": False, "documentation_demos": False}
 
     # Options retired when train runs showed no gain for them (experiments/FINDINGS.md): a config
     # may still name one off (every run recorded since it existed does), and one that has it on

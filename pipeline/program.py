@@ -21,7 +21,7 @@ from dspy.utils.exceptions import AdapterParseError
 
 from modules.errors import HyperProveError
 from modules.facts import ScoredFact
-from modules.lm.pool import BY, MAX_PER_CALL
+from modules.lm.pool import BY, MAX_PER_CALL, QuestionShape
 from modules.lm.predictors import (
     EVIDENCE_PASSAGES,
     AnswerGenerator,
@@ -53,6 +53,7 @@ class HyperProve(dspy.Module):
         self.rewrite = BridgeRewriter()
         self.answer_hop = HopAnswerer()
         self.generate = AnswerGenerator()
+        self.shape = QuestionShape()
         self.retriever = retriever
 
     def forward(self, question: str) -> dspy.Prediction:
@@ -64,7 +65,8 @@ class HyperProve(dspy.Module):
         retrieval_seconds = time.perf_counter() - started
         planned = comparison_plan(question) if config.comparison_plans else None
         facts = self.frontier_lines(whole.ranked_ids[: config.decompose_facts]) if config.decompose_facts else []
-        sub_questions = planned or self.sub_questions(question, fallbacks, facts)
+        documentation = config.documentation_demos and self.shape.documentation(question, self.retriever.encode)
+        sub_questions = planned or self.sub_questions(question, fallbacks, facts, documentation)
         current().progress("plan", {"sub_questions": list(sub_questions)})
 
         frontier: list[int] = []
@@ -85,7 +87,8 @@ class HyperProve(dspy.Module):
             evidence = self.hop_evidence(hop)
             try:
                 reading = self.answer_hop(question=query, facts=evidence, grounded=config.grounded_hops, grounded_in=config.grounded_in,
-                                          countries=config.country_names, encode=self.retriever.encode, asked=question)
+                                          countries=config.country_names, encode=self.retriever.encode, asked=question,
+                                          documentation=documentation)
                 answer, supporting = reading.answer, reading.supporting
                 if reading.replaced is not None:
                     fallbacks.append(f"answer {number}: {reading.replaced!r} {reading.why}; their span {answer!r} replaces it")
@@ -134,6 +137,7 @@ class HyperProve(dspy.Module):
             fallbacks=fallbacks,
             by_rule=decision.how if decision is not None else None,
             planned_by_rule=bool(planned),
+            documentation=documentation,
             retrieval_seconds=retrieval_seconds,
         )
 
@@ -146,13 +150,13 @@ class HyperProve(dspy.Module):
                                                      n=self.config.hop_passage_facts)
         return evidence
 
-    def sub_questions(self, question: str, fallbacks: list[str], facts: list[str]) -> list[str]:
-        """Step 4 by the LM (reading `facts` with `decompose_facts`), checked; one hop on the
-        question itself when it fails."""
+    def sub_questions(self, question: str, fallbacks: list[str], facts: list[str], documentation: bool = False) -> list[str]:
+        """Step 4 by the LM (reading `facts` with `decompose_facts`; the documentation
+        demonstrations shown with `documentation`), checked; one hop on the question itself when it fails."""
         config = self.config
         try:
             decomposition = self.decompose(question=question, max_hops=config.max_hops, entity_retries=config.entity_retries,
-                                           encode=self.retriever.encode, facts=facts)
+                                           encode=self.retriever.encode, facts=facts, documentation=documentation)
         except LM_FAILURES as error:
             fallbacks.append(f"decompose: {error}")
             return [question]

@@ -357,15 +357,17 @@ def test_an_evaluation_counts_the_questions_planned_and_answered_by_rule():
 
     questions = [Question(id=str(k), question=f"q{k}", answer="yes", gold_passages=(0,)) for k in range(3)]
     ruled = {"q0": {"by_rule": "the last hop's answer, a name as the question asks"},
-             "q1": {"by_rule": "A (1961) > B (1943), the lesser wins", "planned_by_rule": True}}
+             "q1": {"by_rule": "A (1961) > B (1943), the lesser wins", "planned_by_rule": True, "documentation": True}}
 
     def program(text):
         return dspy.Prediction(answer="yes", passages=[0], chain=[], fallbacks=[], **ruled.get(text, {}))
 
     summary, rows = evaluate_program(questions, program)
-    assert (summary["answered_by_rule"], summary["planned_by_rule"]) == (2, 1)
+    assert (summary["answered_by_rule"], summary["planned_by_rule"], summary["documentation_demos"]) == (2, 1, 1)
     assert [row.get("by_rule") for row in rows] == [ruled["q0"]["by_rule"], ruled["q1"]["by_rule"], None]
-    assert results_table([{**summary, "system": "hyperprove"}]).splitlines()[0].endswith("| planned by rule | answered by rule |")
+    assert [row.get("documentation_demos") for row in rows] == [None, True, None]
+    assert results_table([{**summary, "system": "hyperprove"}]).splitlines()[0].endswith(
+        "| planned by rule | answered by rule | documentation demos |")
 
 
 def test_the_hop_reader_also_reads_the_rest_of_the_top_passage(retriever):
@@ -496,3 +498,53 @@ def test_the_decomposer_reads_the_top_facts_for_the_question_when_asked(retrieve
         assert FACTS_NOTE in decompose[0]["content"] and "Kate Capshaw has been married to Steven Spielberg" in str(decompose)
     else:
         assert "[[ ## facts ## ]]" not in str(decompose) and FACTS_NOTE not in decompose[0]["content"]
+
+
+def test_a_question_goes_to_the_documentation_demonstrations_only_when_nearer_them_by_the_margin():
+    from modules.lm.pool import QuestionShape
+
+    # the encyclopedia demonstration questions along x, the documentation ones along y; a question's
+    # margin is then its y minus its x, worked out by hand
+    asked = {"docs by 0.2": [0.6, 0.8, 0.0], "docs by 0.014": [0.7, 0.7141, 0.0], "encyclopedia by 0.2": [0.8, 0.6, 0.0],
+             "neither": [0.0, 0.0, 1.0]}
+    encoded = []
+
+    def encode(text):
+        encoded.append(text)
+        if text in QuestionShape.ENCYCLOPEDIA:
+            return [1.0, 0.0, 0.0]
+        return [0.0, 1.0, 0.0] if text in QuestionShape.DOCUMENTATION else asked[text]
+
+    shape = QuestionShape()
+    assert [round(shape.margin_of(text, encode), 3) for text in asked] == [0.2, 0.014, -0.2, 0.0]
+    assert [shape.documentation(text, encode) for text in asked] == [True, False, False, False]
+    demonstrations = len(QuestionShape.ENCYCLOPEDIA) + len(QuestionShape.DOCUMENTATION)
+    assert len(encoded) == demonstrations + 2 * len(asked)  # the demonstration questions encoded once
+
+
+class Manual:
+    """A QuestionShape that takes every question for one about a software manual."""
+
+    def documentation(self, question, encode):
+        return True
+
+
+@pytest.mark.parametrize("documentation_demos", [False, True])
+def test_a_documentation_question_is_shown_the_documentation_demonstrations(retriever, documentation_demos):
+    lm = DummyLM(script())
+    with dspy.context(lm=lm):
+        program = HyperProve(retriever, ProgramConfig(documentation_demos=documentation_demos, bridge_rewrite="lm", decompose_facts=2))
+        program.shape = Manual()
+        prediction = program(QUESTION)
+    assert prediction.answer == "2017" and prediction.documentation is documentation_demos
+    (decompose,) = [str(call["messages"]) for call in lm.history if DECOMPOSE in str(call["messages"])]
+    hops = [str(call["messages"]) for call in lm.history if "[[ ## supporting ## ]]" in str(call["messages"])]
+    assert len(hops) == 3
+    # with the option, the decomposer's five documentation demos (four kinds and a comparison, with their facts) and
+    # the hop reader's two replace the encyclopedia ones; the final reader keeps its own
+    documentation = ["Which environment variable overrides the setting that limits", "Which option can delete files: --prune or --dry-run?",
+                     "BUILD_JOBS overrides build.jobs."]
+    assert all((text in decompose) is documentation_demos for text in documentation)
+    assert ("the Spielberg Prize" in decompose) is not documentation_demos
+    assert all(("that the lock file is up to date" in hop) is documentation_demos for hop in hops)
+    assert all(("February 21, 2017" in hop) is not documentation_demos for hop in hops)

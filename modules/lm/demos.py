@@ -79,9 +79,9 @@ DECOMPOSE_FACTS = [
 ]
 
 
-def with_facts(demos: list[dspy.Example]) -> list[dspy.Example]:
-    """The decomposition demos as a decomposer that reads facts sees them."""
-    return [dspy.Example(**demo.toDict(), facts=facts).with_inputs("question", "facts") for demo, facts in zip(demos, DECOMPOSE_FACTS)]
+def with_facts(demos: list[dspy.Example], facts: list[list[str]] = DECOMPOSE_FACTS) -> list[dspy.Example]:
+    """The decomposition demos as a decomposer that reads facts sees them (`facts` in their order)."""
+    return [dspy.Example(**demo.toDict(), facts=shown).with_inputs("question", "facts") for demo, shown in zip(demos, facts)]
 
 
 REWRITE_DEMOS = [
@@ -159,4 +159,71 @@ CHOOSE_DEMOS = [
         ],
         answer="Leah Adler",
     ).with_inputs("question", "options", "evidence"),
+]
+
+
+# Questions about a software manual (settings, commands, flags, environment variables, versions)
+# get these instead of the encyclopedia ones above, in the decomposer and the hop reader
+# (`documentation_demos`; `modules.lm.pool.QuestionShape` decides which a question gets). They
+# are about no real tool, so no evaluation folder's wording is in them. A documentation bridge
+# names what it asks about by a description ("the setting that limits ..."), often in a sentence
+# before the question; the first hop finds the thing described, the next asks about it.
+DOC_DECOMPOSE_DEMOS = [
+    dspy.Example(
+        question="Which environment variable overrides the setting that limits how many jobs a build runs in parallel?",
+        sub_questions=["Which setting limits how many jobs a build runs in parallel?", "Which environment variable overrides #1?"],
+    ).with_inputs("question"),
+    dspy.Example(
+        question="Lock files keep builds repeatable, and the manual shows this with a command that ignores them. "
+                 "Which option makes that command respect them?",
+        sub_questions=["Which command ignores lock files?", "Which option makes #1 respect lock files?"],
+    ).with_inputs("question"),
+    dspy.Example(
+        question="Which release shipped the configuration format in which every section needs a name?",
+        sub_questions=["In which configuration format does every section need a name?", "Which release shipped #1?"],
+    ).with_inputs("question"),
+    dspy.Example(
+        question="Which flag of the install command skips the lock file?",
+        sub_questions=["Which flag of the install command skips the lock file?"],
+    ).with_inputs("question"),
+]
+DOC_COMPARISON_DEMOS = [
+    dspy.Example(
+        question="Which option can delete files: --prune or --dry-run?",
+        sub_questions=["Can --prune delete files?", "Can --dry-run delete files?"],
+    ).with_inputs("question"),
+]
+DOC_DECOMPOSE_FACTS = [
+    ["(Configuration › build.jobs) Sets the maximum number of jobs a build runs in parallel.",
+     "(Environment variables) BUILD_JOBS overrides build.jobs."],
+    ["(Commands › update) The update command ignores the lock file and resolves every dependency again.",
+     "(Lock files) A lock file records the exact version of every dependency."],
+    ["(Release notes › 3.0) Release 3.0 introduced the v2 configuration format.",
+     "(Configuration › v2 format) In the v2 format every section needs a name."],
+    ["(Commands › install) The --no-lock flag makes install skip the lock file.",
+     "(Lock files) A lock file records the exact version of every dependency."],
+    ["(Commands › clean) The --prune option deletes files that no target produces.",
+     "(Commands › clean) The --dry-run option lists the files clean would delete, and deletes none."],
+]
+DOC_ANSWER_HOP_DEMOS = [
+    dspy.Example(
+        question="Which environment variable overrides build.jobs?",
+        evidence=[
+            "[1] (Configuration › build.jobs) Sets the maximum number of jobs a build runs in parallel.",
+            "[2] (Configuration › build.jobs) It can be overridden with the BUILD_JOBS environment variable or the --jobs flag.",
+            "[3] (Environment variables) Each of these variables overrides the setting it names.",
+        ],
+        answer="BUILD_JOBS",
+        supporting=[2],
+    ).with_inputs("question", "evidence"),
+    dspy.Example(
+        question="What does the --locked flag require of the lock file?",
+        evidence=[
+            "[1] (Commands › install) With --locked, the lock file must be up to date; install exits with an error instead of changing it.",
+            "[2] (Lock files) A lock file records the exact version of every dependency.",
+            "[3] (Commands › install) ```install --locked --jobs 4```",
+        ],
+        answer="that the lock file is up to date",
+        supporting=[1],
+    ).with_inputs("question", "evidence"),
 ]

@@ -19,6 +19,7 @@ import dspy
 import numpy as np
 
 from modules.lm.checks import single_spaced
+from modules.lm.demos import COMPARISON_DEMOS, DECOMPOSE_DEMOS, DOC_COMPARISON_DEMOS, DOC_DECOMPOSE_DEMOS
 
 Encode = Callable[[str], np.ndarray]
 MAX_PER_CALL = 16  # pool demonstrations a call may be shown
@@ -115,3 +116,31 @@ class PooledPredict(dspy.Predict):
         super().load_state(state, **options)
         self.use_pool(pool, per_call, by)
         return self
+
+
+DOCUMENTATION_MARGIN = 0.1  # cosine by which a question must be nearer the documentation demonstrations (chosen on train: FINDINGS)
+
+
+class QuestionShape:
+    """Whether a question is about a software manual, so that it is shown the documentation
+    demonstrations (`modules.lm.demos.DOC_*`): its nearest documentation demonstration question
+    is nearer, by DOCUMENTATION_MARGIN cosine, than its nearest encyclopedia one. The question is
+    routed by what it resembles, with no rule about its words; the demonstration questions are
+    encoded once per encoder."""
+
+    ENCYCLOPEDIA = [demo.question for demo in DECOMPOSE_DEMOS + COMPARISON_DEMOS]
+    DOCUMENTATION = [demo.question for demo in DOC_DECOMPOSE_DEMOS + DOC_COMPARISON_DEMOS]
+
+    def __init__(self, margin: float = DOCUMENTATION_MARGIN):
+        self.margin = margin
+        self._vectors: tuple[int, np.ndarray, np.ndarray] | None = None
+
+    def margin_of(self, question: str, encode: Encode) -> float:
+        """How much nearer the question is to the documentation demonstrations (cosine)."""
+        if self._vectors is None or self._vectors[0] != id(encode):
+            self._vectors = (id(encode), unit_rows(encode, self.ENCYCLOPEDIA), unit_rows(encode, self.DOCUMENTATION))
+        vector = unit_rows(encode, [question])[0]
+        return float((self._vectors[2] @ vector).max() - (self._vectors[1] @ vector).max())
+
+    def documentation(self, question: str, encode: Encode) -> bool:
+        return self.margin_of(question, encode) > self.margin

@@ -37,6 +37,10 @@ from modules.lm.demos import (
     CHOOSE_DEMOS,
     COMPARISON_DEMOS,
     DECOMPOSE_DEMOS,
+    DOC_ANSWER_HOP_DEMOS,
+    DOC_COMPARISON_DEMOS,
+    DOC_DECOMPOSE_DEMOS,
+    DOC_DECOMPOSE_FACTS,
     ENTITY_DEMOS,
     EXTRACT_DEMOS,
     GENERATE_DEMOS,
@@ -138,27 +142,34 @@ class Decomposer(dspy.Module):
 
     With `facts`, the decomposer also reads facts found for the whole question, so that its
     sub-questions name the entities as the corpus does (its demonstrations show facts too).
+
+    A question about a software manual (`documentation=True` in `forward`) is shown the
+    documentation demonstrations instead, of the same kinds (`modules.lm.demos.DOC_*`).
     """
 
     def __init__(self, comparisons: bool = False, facts: bool = False):
         super().__init__()
         signature, demos = (DecomposeComparisons, DECOMPOSE_DEMOS + COMPARISON_DEMOS) if comparisons else (Decompose, DECOMPOSE_DEMOS)
+        documentation = DOC_DECOMPOSE_DEMOS + (DOC_COMPARISON_DEMOS if comparisons else [])
         if facts:
             signature = signature.append("facts", FACTS_FIELD, list[str]).with_instructions(f"{signature.instructions} {FACTS_NOTE}")
             demos = with_facts(demos)
+            documentation = with_facts(documentation, DOC_DECOMPOSE_FACTS)
         self.reads_facts = facts
+        self.documentation_demos = documentation
         self.decompose = _predictor(signature, demos)
 
     def forward(self, question: str, max_hops: int = 4, entity_retries: int = 0, encode: Encode | None = None,
-                facts: Sequence[str] = ()) -> dspy.Prediction:
+                facts: Sequence[str] = (), documentation: bool = False) -> dspy.Prediction:
         """`encode` chooses the demonstrations of a compiled pool (`modules.lm.pool`) for this
         question; `facts` are what a decomposer built with `facts` reads beside it."""
         tried: list[tuple[int, int, list[str], list[str]]] = []
         failure: Exception | None = None
+        shown = {"demos": self.documentation_demos} if documentation else {}
         for attempt in range(entity_retries + 1):
             config = past_cache(attempt, temperature=0.7)
             try:
-                sub_questions = self.sub_questions(question, max_hops, config, encode, facts)
+                sub_questions = self.sub_questions(question, max_hops, config, encode, facts, **shown)
             except (MalformedOutput, ValueError) as error:  # a retry may still give a usable one
                 if not entity_retries:
                     raise
@@ -173,8 +184,10 @@ class Decomposer(dspy.Module):
         _, _, sub_questions, problems = min(tried)
         return dspy.Prediction(sub_questions=sub_questions, problems=problems, attempts=entity_retries + 1)
 
-    def sub_questions(self, question: str, max_hops: int, config: dict, encode: Encode | None = None, facts: Sequence[str] = ()) -> list[str]:
+    def sub_questions(self, question: str, max_hops: int, config: dict, encode: Encode | None = None, facts: Sequence[str] = (),
+                      **demos) -> list[str]:
         read = {"facts": list(facts)} if self.reads_facts else {}
+        read.update(demos)
         output = self.decompose(question=question, config=config, encode=encode, **read)
         sub_questions = [single_spaced(q) for q in output.sub_questions or []]
         sub_questions = [q for q in sub_questions if q]
@@ -240,6 +253,9 @@ class HopAnswerer(dspy.Module):
 
     With `countries`, an answer whose countries the facts name by other words ("Austria" for "an
     Austrian composer") counts as contained.
+
+    A hop of a question about a software manual (`documentation=True`) is shown the documentation
+    demonstrations, which answer with the whole span the fact gives (a flag, a variable, a clause).
     """
 
     def __init__(self):
@@ -247,13 +263,15 @@ class HopAnswerer(dspy.Module):
         self.answer = _predictor(AnswerHop, ANSWER_HOP_DEMOS)
 
     def forward(self, question: str, facts: Sequence[ScoredFact], grounded: bool = False, grounded_in: str = "cited",
-                countries: bool = False, encode: Encode | None = None, asked: str | None = None) -> dspy.Prediction:
+                countries: bool = False, encode: Encode | None = None, asked: str | None = None,
+                documentation: bool = False) -> dspy.Prediction:
         """`encode` chooses the demonstrations of a compiled pool (`modules.lm.pool`) for this hop,
         by the hop or by `asked`, the question the program was asked."""
         evidence = numbered_evidence(facts)
+        shown = {"demos": DOC_ANSWER_HOP_DEMOS} if documentation else {}
         for attempt in range(2 if grounded else 1):
             config = past_cache(attempt, temperature=0.7)
-            output = self.answer(question=question, evidence=evidence, config=config, encode=encode, asked=asked)
+            output = self.answer(question=question, evidence=evidence, config=config, encode=encode, asked=asked, **shown)
             answer = single_spaced(output.answer)
             if not answer:
                 raise MalformedOutput(f"no answer to {question!r}")
