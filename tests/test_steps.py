@@ -230,6 +230,10 @@ def test_hop_answerer_shows_numbered_facts_with_titles():
     ("What is the birthplace of the director of Love, Life or Death?", []),  # neither a choosing opening nor comparing
     ("Are Joe Walsh and Chester Bennington both guitarists?", []),
     ("Who was born first, Jaws or jaws?", []),  # the same option twice
+    ("Which flag can delete files: --prune, or --dry-run?", ["--prune", "--dry-run"]),  # a comma before "or"
+    ("For which command is the lock file updated automatically: install or update?", ["install", "update"]),  # "For which"
+    ("In what year was Love, Life or Death made?", []),  # "In what" opens no choice
+    ("or?", []),
 ])
 def test_question_options_are_the_answers_a_question_names(question, options):
     from modules.lm.checks import question_options

@@ -197,6 +197,7 @@ _COMPARING = frozenset(
     "more most less least fewer greater before after".split()
 )
 _CHOOSING = frozenset("which who whose is are was were do does did has have had".split())  # openings of a choice question
+_ASKING_AFTER = frozenset("for in on of to at by from with under".split())  # "For which ...", "In which ...": a choice question too
 _MOST_OPTION_WORDS = 16  # 2Wiki has film titles of 14 words
 
 
@@ -212,12 +213,15 @@ def question_options(question: str, whole_names: bool = False) -> list[str]:
     comparing = bool(lower_words(text) & _COMPARING)
     between = re.search(r"\b(?:out of|between) (.+) and (.+)$", text)
     head, joined, right = text.rpartition(" or ")
+    head = head.rstrip(" ,")  # "A, or B"
     clause = re.split(r"[,:;]", head, maxsplit=1 if whole_names else 0)[-1]
+    opening = text.lower().split()[:2] or [""]
+    choosing = opening[0] in _CHOOSING or (opening[0] in _ASKING_AFTER and opening[1:] in (["which"], ["whose"]))
     if comparing and between and not joined:  # "Who was born first out of A and B?"
         options = list(between.groups())
     elif not joined:
         return []
-    elif clause != head and (comparing or text.split()[0].lower() in _CHOOSING):
+    elif clause != head and (comparing or choosing):
         options = [clause, right]
     elif comparing:
         before, after = named_spans(head), named_spans(right)
