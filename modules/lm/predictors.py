@@ -144,7 +144,8 @@ class Decomposer(dspy.Module):
     sub-questions name the entities as the corpus does (its demonstrations show facts too).
 
     A question about a software manual (`documentation=True` in `forward`) is shown the
-    documentation demonstrations instead, of the same kinds (`modules.lm.demos.DOC_*`).
+    documentation demonstrations, of the same kinds (`modules.lm.demos.DOC_*`), instead of its
+    own (built-in or compiled).
     """
 
     def __init__(self, comparisons: bool = False, facts: bool = False):
