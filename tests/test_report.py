@@ -141,6 +141,14 @@ def test_a_compiled_run_is_compared_with_the_same_setting_uncompiled():
     # a base run with another answer path (here the checks on) is not the same setting: no comparison
     checked = {**base, "name": "checked", "config": {**setting, "program": {"compiled": None, "entity_retries": 2}}}
     assert compiled_program(compiled, [checked, compiled]) == ["Program: `/nowhere/p.json` (no compile record beside it).", ""]
+    # a base recorded before the sentence rules and with a retired option off ran the same setting as a compiled
+    # run that names rules 1 and no retired option; rules 2 or the retired option on is another setting
+    older = {**base, "name": "older", "config": {**setting, "program": {"compiled": None, "option_hops": False}}}
+    pinned = {**compiled, "config": {**setting, "index": {"extractor": "sentences", "sentence_rules": 1}, "program": {"compiled": "/nowhere/p.json"}}}
+    assert compiled_program(pinned, [older, pinned])[2].startswith("Against `older` (the same setting, built-in demonstrations)")
+    rules2 = {**pinned, "config": {**pinned["config"], "index": {"extractor": "sentences", "sentence_rules": 2}}}
+    retired_on = {**older, "config": {**older["config"], "program": {"compiled": None, "option_hops": True}}}
+    assert len(compiled_program(rules2, [older, rules2])) == len(compiled_program(pinned, [retired_on, pinned])) == 2
 
 
 def test_the_compile_record_says_whether_the_grade_was_held_out(tmp_path):

@@ -31,6 +31,7 @@ from experiments.runs.results import (
     load_runs,
     question_types,
     read_run_file,
+    recorded_index,
     recorded_program,
     run_questions,
     system_rows,
@@ -158,7 +159,7 @@ def same_setting(a: dict, b: dict) -> bool:
     keys = ("questions", "corpus", "limit", "decomposition")
     skip = [run.get("evaluation", {}).get("skip") or 0 for run in (ca, cb)]
     return (all(ca.get("evaluation", {}).get(k) == cb.get("evaluation", {}).get(k) for k in keys) and skip[0] == skip[1]
-            and all(ca.get(section) == cb.get(section) for section in ("retriever", "index"))
+            and ca.get("retriever") == cb.get("retriever") and recorded_index(a) == recorded_index(b)
             and {**recorded_program(a), "compiled": None} == {**recorded_program(b), "compiled": None})
 
 

@@ -88,12 +88,22 @@ def questions_in(path: str) -> list:
     return load_questions(path) if Path(path).is_file() else []
 
 
-def recorded_program(run: dict) -> dict:
-    """The program settings a run ran with, and its LM adapter (a field its record lacks: what runs
-    went without it); a retired option it had on is among them, as recorded (`ProgramConfig.RETIRED`)."""
+def _recorded(run: dict) -> tuple[HyperProveConfig, dict]:
+    """The config a run ran with (a field its record lacks: what runs went without it), and the
+    retired options it had on, as recorded (`ProgramConfig.RETIRED`)."""
     recorded = run.get("config", {})
     program = recorded.get("program", {}) if isinstance(recorded.get("program"), dict) else {}
-    retired = {name: value for name, value in program.items() if name in ProgramConfig.RETIRED}
-    current = {**recorded, "program": {name: value for name, value in program.items() if name not in retired}} if program else recorded
-    config = HyperProveConfig.from_record(current, source=f"{run.get('results_dir', run['name'])}/results.json")
+    retired = {name: value for name, value in program.items() if name in ProgramConfig.RETIRED and value != ProgramConfig.RETIRED[name]}
+    current = {**recorded, "program": {name: value for name, value in program.items() if name not in ProgramConfig.RETIRED}} if program else recorded
+    return HyperProveConfig.from_record(current, source=f"{run.get('results_dir', run['name'])}/results.json"), retired
+
+
+def recorded_program(run: dict) -> dict:
+    """The program settings a run ran with, and its LM adapter; a retired option it had on is among them."""
+    config, retired = _recorded(run)
     return {**asdict(config.program), **retired, "adapter": config.lm.layout}
+
+
+def recorded_index(run: dict) -> dict:
+    """The index settings a run ran with (`sentence_rules` 1 for a record made before they existed)."""
+    return asdict(_recorded(run)[0].index)
