@@ -245,7 +245,9 @@ def _add_program_flags(parser: argparse.ArgumentParser) -> None:
                 "from the hops' yes/no answers: no when one said no")
     config_flag(parser, "--documentation-demos", "program.documentation_demos",
                 "a question that reads like one about a software manual (settings, commands, flags, versions) is shown "
-                "documentation demonstrations in the decomposer and the hop reader instead of the encyclopedia ones")
+                "documentation demonstrations in the decomposer instead of the encyclopedia ones")
+    config_flag(parser, "--documentation-hop-demos", "program.documentation_hop_demos",
+                "with --documentation-demos: the hop reader is shown documentation demonstrations too")
     config_flag(parser, "--bridge-rewrite", "program.bridge_rewrite",
                 "how a sub-question's #k become earlier answers: " + "; ".join(f"{k}: {v}" for k, v in BRIDGE_REWRITES.items()))
 

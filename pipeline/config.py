@@ -11,6 +11,7 @@ tunable names.
 
 from __future__ import annotations
 
+import os
 import typing
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -164,14 +165,16 @@ class ProgramConfig:
     comparison_plans: bool = True  # comparison and same-country questions of a shape a rule reads get their sub-questions by rule, without the decomposer
     hop_passage_facts: int = Field(6, ge=0, le=20)  # the hop reader also reads up to this many more facts of the hop's top passage (its other sentences, in order); 0: the top K alone
     both_by_rule: bool = True  # with compare_by_rule: "Are both A and B ...?" answered from the hops' yes/no answers (`both_answer`)
-    documentation_demos: bool = False  # a question about a software manual (`QuestionShape`) is shown documentation demonstrations in the decomposer and hop reader
+    documentation_demos: bool = False  # a question about a software manual (`QuestionShape`) is shown documentation demonstrations in the decomposer
+    documentation_hop_demos: bool = True  # with documentation_demos: the hop reader too
 
     # What a recorded config without these fields ran with (records made before they existed), so
     # that reproducing an old run reruns the old program whatever today's defaults are.
     RECORDED_WITHOUT = {"entity_retries": 0, "grounded_hops": False, "question_channel": False, "reader_evidence": "facts",
                         "comparison_demos": False, "bridge_rewrite": "lm", "grounded_in": "cited",
                         "choose_options": False, "compare_by_rule": False, "comparison_plans": False,
-                        "country_names": False, "hop_passage_facts": 0, "both_by_rule": False, "documentation_demos": False}
+                        "country_names": False, "hop_passage_facts": 0, "both_by_rule": False, "documentation_demos": False,
+                        "documentation_hop_demos": True}
 
     # Options retired when train runs showed no gain for them (experiments/FINDINGS.md): a config
     # may still name one off (every run recorded since it existed does), and one that has it on
@@ -238,6 +241,12 @@ class EvaluationConfig:
     out: str | None = None  # results directory (default: .hyperprove/results/<questions>-<decomposition>-<time>)
     name: str = ""  # the title of the results table and of the MLflow run
     description: str = ""
+
+    @field_validator("questions", "corpus", "index")
+    @classmethod
+    def _home(cls, value):
+        """"~/docs" in an experiment file is the user's folder, as it is on the command line."""
+        return os.path.expanduser(value) if value else value
 
     @field_validator("retrievers", "types", mode="before")
     @classmethod

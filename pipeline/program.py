@@ -88,7 +88,7 @@ class HyperProve(dspy.Module):
             try:
                 reading = self.answer_hop(question=query, facts=evidence, grounded=config.grounded_hops, grounded_in=config.grounded_in,
                                           countries=config.country_names, encode=self.retriever.encode, asked=question,
-                                          documentation=documentation)
+                                          documentation=documentation and config.documentation_hop_demos)
                 answer, supporting = reading.answer, reading.supporting
                 if reading.replaced is not None:
                     fallbacks.append(f"answer {number}: {reading.replaced!r} {reading.why}; their span {answer!r} replaces it")

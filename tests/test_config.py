@@ -67,7 +67,7 @@ def test_every_shipped_experiment_config_loads_and_names_its_own_results_folder(
         assert config.evaluation.decomposition == ("lm" if lm_run else "gold")
         assert config.program.compiled is None or config.program.compiled in compiled
         kinds.append("evaluate")
-    assert sorted(kinds) == ["compile"] * 17 + ["evaluate"] * 100 + ["sweep"] * 4
+    assert sorted(kinds) == ["compile"] * 17 + ["evaluate"] * 102 + ["sweep"] * 4
 
 
 def test_each_config_with_a_committed_run_reruns_the_settings_that_run_recorded():
@@ -160,3 +160,15 @@ def test_a_record_without_the_sentence_rules_reruns_the_first_ones_and_an_index_
     with pytest.raises(HyperProveError, match="built with sentence_rules 1, but sentence_rules 2 was asked for; ask for 1 "
                                               r"\(--sentence-rules or index.sentence_rules in the config\) or rebuild the index"):
         check_built_with(manifest, tmp_path, IndexConfig(embedder="e"))
+
+
+def test_a_folder_under_home_in_an_experiment_file(monkeypatch, tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    config = HyperProveConfig.from_dict({"evaluation": {"corpus": "~/docs/cargo", "questions": "q.json"}})
+    assert config.evaluation.corpus == f"{tmp_path}/docs/cargo" and config.evaluation.questions == "q.json"
+
+
+def test_a_record_without_the_hop_reader_option_showed_the_hop_reader_the_documentation_demos():
+    # documentation_demos once meant the decomposer and the hop reader both
+    assert HyperProveConfig.from_record({"program": {"documentation_demos": True}}).program.documentation_hop_demos is True
+    assert HyperProveConfig.from_dict({"program": {"documentation_hop_demos": False}}).program.documentation_hop_demos is False

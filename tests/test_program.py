@@ -529,22 +529,25 @@ class Manual:
         return True
 
 
-@pytest.mark.parametrize("documentation_demos", [False, True])
-def test_a_documentation_question_is_shown_the_documentation_demonstrations(retriever, documentation_demos):
+@pytest.mark.parametrize("documentation_demos, hop_demos", [(False, True), (True, True), (True, False)])
+def test_a_documentation_question_is_shown_the_documentation_demonstrations(retriever, documentation_demos, hop_demos):
     lm = DummyLM(script())
     with dspy.context(lm=lm):
-        program = HyperProve(retriever, ProgramConfig(documentation_demos=documentation_demos, bridge_rewrite="lm", decompose_facts=2))
+        config = ProgramConfig(documentation_demos=documentation_demos, documentation_hop_demos=hop_demos, bridge_rewrite="lm",
+                               decompose_facts=2)
+        program = HyperProve(retriever, config)
         program.shape = Manual()
         prediction = program(QUESTION)
     assert prediction.answer == "2017" and prediction.documentation is documentation_demos
     (decompose,) = [str(call["messages"]) for call in lm.history if DECOMPOSE in str(call["messages"])]
     hops = [str(call["messages"]) for call in lm.history if "[[ ## supporting ## ]]" in str(call["messages"])]
     assert len(hops) == 3
-    # with the option, the decomposer's five documentation demos (four kinds and a comparison, with their facts) and
-    # the hop reader's two replace the encyclopedia ones; the final reader keeps its own
+    # with the option, the decomposer's five documentation demos (four kinds and a comparison, with their facts) and,
+    # unless documentation_hop_demos is off, the hop reader's two replace the encyclopedia ones; the final reader keeps its own
     documentation = ["Which environment variable overrides the setting that limits", "Which option can delete files: --prune or --dry-run?",
                      "BUILD_JOBS overrides build.jobs."]
     assert all((text in decompose) is documentation_demos for text in documentation)
     assert ("the Spielberg Prize" in decompose) is not documentation_demos
-    assert all(("that the lock file is up to date" in hop) is documentation_demos for hop in hops)
-    assert all(("February 21, 2017" in hop) is not documentation_demos for hop in hops)
+    shown_to_hops = documentation_demos and hop_demos
+    assert all(("that the lock file is up to date" in hop) is shown_to_hops for hop in hops)
+    assert all(("February 21, 2017" in hop) is not shown_to_hops for hop in hops)
