@@ -180,7 +180,8 @@ def _add_config_flags(parser: argparse.ArgumentParser, retriever: bool = True, e
                 "local model: every request computes its whole prompt (no prompt cache), so the same prompt gets the same "
                 "answer (retries are seeded); about three times the seconds a question")
     config_flag(parser, "--replay", "lm.replay",
-                "answer the LM calls from a results folder's recorded calls (lm_calls.jsonl.gz); a call not there stops the run",
+                "answer the LM calls from a results folder's recorded calls (lm_calls.jsonl.gz), or several folders' (comma-separated); "
+                "a call not there stops the run",
                 shown="none")
     config_flag(parser, "--live", "lm.live", "with --replay, send calls the record lacks to the LM (only those an option changes are new)")
     config_flag(parser, "--lm-timeout", "lm.timeout", "seconds an LM request may go without its reply before it has failed",

@@ -306,3 +306,25 @@ def test_replay_names_what_is_wrong_with_the_record_it_is_given(files, capsys, s
                        "--out", files / "dummy", "--no-track", "--replay", files / "first",
                        runtime=lambda config: Runtime(config, lm=DummyLM({}), embedder=HashEmbedder()))
     assert code == 2 and one_line(err) == f"--replay {files / 'first'}: the LM given (dummy) does not use DSPy's cache, so its calls cannot be replayed"
+
+
+def test_replay_of_several_records_answers_from_each(files, capsys, scripted):
+    # a run measured in parts: dense's reader in one record, hyperprove's calls in another
+    code, _, _ = evaluate(capsys, files, scripted, files / "first")
+    assert code == 0 and len(scripted.completion.requests) == 6
+    header, *calls = rows(files / "first" / "lm_calls.jsonl.gz")
+    dense = [call for call in calls if call["asked_by"][0]["system"] == "dense"]
+    (files / "parts").mkdir()
+    rewrite(files / "parts" / "a.jsonl.gz", [{**header, "calls": 5}, *[call for call in calls if call not in dense]])
+    rewrite(files / "parts" / "b.jsonl.gz", [{**header, "calls": 1}, *dense])
+    shutil.rmtree(files / "cache")
+    # either part alone stops at a call the other holds
+    code, _, err = evaluate(capsys, files, scripted, files / "one", "--replay", files / "parts" / "a.jsonl.gz")
+    assert code == 2 and "LM module AnswerGenerator, question q1 (system dense)" in one_line(err.splitlines(keepends=True)[-1])
+    parts = f"{files / 'parts' / 'a.jsonl.gz'}, {files / 'parts' / 'b.jsonl.gz'}"
+    code, out, err = evaluate(capsys, files, scripted, files / "both", "--replay", parts)
+    assert code == 0, err
+    assert len(scripted.completion.requests) == 6  # none new
+    summary = json.loads((files / "both" / "results.json").read_text())["lm_calls"]
+    assert summary["calls"] == 6 and summary["replayed"] == {"from": parts, "calls": 6}
+    assert {r["key"] for r in rows(files / "both" / "lm_calls.jsonl.gz")[1:]} == {call["key"] for call in calls}

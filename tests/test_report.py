@@ -459,6 +459,25 @@ def test_a_compiled_program_has_its_own_row_its_peers_rerun_under_it_and_its_cha
                         *runs])[4].endswith("| 5.00 (0.1; 4.00 replayed) |")  # 8 of 10: its own cost
 
 
+def test_a_run_that_replays_the_parts_that_made_its_calls_costs_what_they_did():
+    from experiments.runs.report import live_cost
+
+    def run(name, program, n, calls, seconds, hits=0, replay=None):
+        config = {"program": {"compiled": program}, **({"lm": {"replay": replay}} if replay else {})}
+        return {"name": name, "config": config, "systems": {"hyperprove": {"n": n, "lm_calls_per_question": calls,
+                                                                           "seconds_per_question": seconds, "lm_cache_hits": hits}}}
+
+    base = run("set-lm300", None, 3, 4.0, 18.0)
+    part1 = run("set-traced-1", "p.json", 1, 6.0, 30.0, hits=1, replay="experiments/results/set-lm300")
+    part2 = run("set-traced-2", "p.json", 2, 4.5, 15.0, replay="experiments/results/set-lm300")
+    whole = run("set-traced", "p.json", 3, 5.0, 0.1, hits=15,
+                replay="experiments/results/set-lm300, experiments/results/set-traced-1, experiments/results/set-traced-2")
+    named = {r["name"]: r for r in (base, part1, part2, whole)}
+    # the built-in run is another program: left out; the parts by questions: calls (6 + 2 * 4.5) / 3, seconds (30 + 2 * 15) / 3
+    assert live_cost(named, whole) == "5.00 (20.0; 0.33 replayed) in `set-traced-1 + set-traced-2`"
+    assert live_cost(named, part2) == "4.50 (15.0)"  # made its own calls
+
+
 def test_reruns_pair_today_s_program_with_the_first_run_and_with_the_rerun_s_peers(tmp_path):
     from experiments.runs.report import render_headline, render_reruns
 

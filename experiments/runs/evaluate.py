@@ -66,7 +66,7 @@ def run_evaluation(config: HyperProveConfig, runtime=None, tags: dict | None = N
     started here. Returns {"retrievers": {system: summary}, "out": folder, "mlflow_run": id or None}."""
     from experiments.harness import PASSAGE_LEVEL, evaluate_systems, make_setup, parse_systems, write_results
     from pipeline.index.store import cached_index, load_index, read_manifest
-    from pipeline.lm.record import CallRecord, read_record
+    from pipeline.lm.record import CallRecord, read_record, read_records
     from pipeline.program import program_for
 
     run = config.evaluation
@@ -113,7 +113,7 @@ def run_evaluation(config: HyperProveConfig, runtime=None, tags: dict | None = N
     embedder.load()
     embedder.encode_query("warm-up")  # the first call pays one-off set-up costs, not a system
     if on_ray:  # the workers' calls come back to this record
-        lm_id, record = runtime.lm_id, CallRecord(replaying=read_record(config.lm.replay) if config.lm.replay else None)
+        lm_id, record = runtime.lm_id, CallRecord(replaying=read_records(config.lm.replay) if config.lm.replay else None)
     else:
         lm_id, record = (session.id, session.record) if session else (None, None)
     header = results_header(config, len(questions), lm_id, source, corpus_digest(run.corpus, passages))

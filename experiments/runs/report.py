@@ -423,12 +423,33 @@ def live_cost(named: dict, run: dict) -> str:
 
 
 def replayed_from(named: dict, run: dict) -> dict | None:
-    """The run whose record `run` took at least `REPLAYED` of HyperProve's calls from, if any."""
+    """The run whose record `run` took at least `REPLAYED` of HyperProve's calls from, if any.
+    Where it replays several records, the runs of its own program among them are the parts that
+    made its calls, a block of questions each: their costs weighted by questions stand for it."""
     summary = run["systems"]["hyperprove"]
-    source = named.get(Path(run.get("config", {}).get("lm", {}).get("replay") or "").name)
     calls = (summary.get("lm_calls_per_question") or 0) * summary.get("n", 0)
-    replayed = calls and summary.get("lm_cache_hits", 0) >= REPLAYED * calls
-    return source if replayed and source is not run and "hyperprove" in source["systems"] else None
+    if not (calls and summary.get("lm_cache_hits", 0) >= REPLAYED * calls):
+        return None
+    replay = run.get("config", {}).get("lm", {}).get("replay") or ""
+    sources = [source for part in replay.split(",") if (source := named.get(Path(part.strip()).name)) is not None
+               and source is not run and "hyperprove" in source["systems"]]
+    if len(sources) <= 1:
+        return sources[0] if sources else None
+    parts = [source for source in sources if recorded_program(source) == recorded_program(run)]
+    return parts_run(parts) if parts else None
+
+
+def parts_run(parts: Sequence[dict]) -> dict:
+    """Runs of one program on blocks of questions as one run: HyperProve's calls, cached calls and
+    seconds a question weighted by each part's questions."""
+    n = sum(part["systems"]["hyperprove"]["n"] for part in parts)
+
+    def weighted(key: str) -> float:
+        return sum((part["systems"]["hyperprove"].get(key) or 0) * part["systems"]["hyperprove"]["n"] for part in parts) / n
+
+    summary = {"n": n, "lm_calls_per_question": weighted("lm_calls_per_question"), "seconds_per_question": weighted("seconds_per_question"),
+               "lm_cache_hits": sum(part["systems"]["hyperprove"].get("lm_cache_hits", 0) for part in parts)}
+    return {"name": " + ".join(part["name"] for part in parts), "systems": {"hyperprove": summary}, "config": {}}
 
 
 REPLAYED = 0.9  # a rerun that took at least this share of its calls from a record costs what that record's run did

@@ -68,7 +68,8 @@ def absolute_paths(config):
     run, lm, program = config.evaluation, config.lm, config.program
     return config.with_overrides(
         evaluation={"questions": resolved(run.questions), "corpus": resolved(run.corpus), "index": resolved(run.index)},
-        lm={"replay": resolved(lm.replay), "local_model_dir": resolved(lm.local_model_dir)},
+        lm={"replay": lm.replay and ",".join(resolved(part.strip()) for part in lm.replay.split(",")),
+            "local_model_dir": resolved(lm.local_model_dir)},
         program={"compiled": resolved(program.compiled)},
         cache_dir=resolved(config.cache_dir),
     )

@@ -202,11 +202,25 @@ def read_record(source: str | Path) -> "Record":
     return Record(path, calls)
 
 
+def read_records(sources: str) -> "Record":
+    """The records a `--replay` names, comma-separated (a long run measured in parts, each part's
+    record committed): one record of all their calls, each checked as `read_record` checks it;
+    where two hold the same request, the first named answers it."""
+    records = [read_record(source.strip()) for source in sources.split(",") if source.strip()]
+    if len(records) == 1:
+        return records[0]
+    calls: dict[str, dict] = {}
+    for record in records:
+        for key, call in record.calls.items():
+            calls.setdefault(key, call)
+    return Record(", ".join(str(record.path) for record in records), calls)
+
+
 class Record:
     """A read record: its calls by key, each call's response, and what to say when a request misses."""
 
-    def __init__(self, path: Path, calls: dict[str, dict]):
-        self.path, self.calls = path, calls
+    def __init__(self, path: Path | str, calls: dict[str, dict]):
+        self.path, self.calls = path, calls  # path: the file, or the files' names when several are replayed as one
 
     def response(self, key: str):
         """The value DSPy's cache would hold for one recorded request."""

@@ -36,7 +36,7 @@ from pipeline.lm.adapters import make_adapter
 from pipeline.lm.cache import JSONCache
 from pipeline.lm.local import LocalServer
 from pipeline.lm.profile import CacheLookups, LMProfile
-from pipeline.lm.record import CallRecord, ReplayCache, read_record
+from pipeline.lm.record import CallRecord, ReplayCache, read_records
 
 
 def configure_lm_cache(cache_dir: str | Path, replay=None, live: bool = False) -> CacheLookups:
@@ -117,7 +117,7 @@ class LMSession:
     DSPy LM, since the program's predictors read it from there."""
 
     def __init__(self, config, lm=None, log: Callable[[str], None] = lambda line: print(line, file=sys.stderr)):
-        replay = read_record(config.lm.replay) if config.lm.replay else None
+        replay = read_records(config.lm.replay) if config.lm.replay else None
         self.profile = LMProfile(configure_lm_cache(config.cache_dir, replay, config.lm.live))
         if lm is None:
             self.id = config.lm.id
