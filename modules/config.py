@@ -109,6 +109,8 @@ class RetrieverConfig:
     push_epsilon: float = Field(1e-5, ge=0.0, le=1.0)  # step 7: smallest per-fact mass an entity or passage spreads
     entity_weight: float = Field(0.1, ge=0.0, le=1.0)  # step 9, added: score bonus of a fact naming an entity the query names (chosen on 2Wiki train)
     entity_facts: int = Field(0, ge=0, le=20)  # step 9, added: also this many facts nearest the query among those naming an entity it names, wherever they lie
+    lexical_seeds: int = Field(0, ge=0, le=1000)  # step 6, added: entry facts by BM25 over "title\ntext", beside the dense ones
+    lexical_weight: float = Field(0.0, ge=0.0, le=1.0)  # step 9, added: weight of a candidate's BM25 score, as a share of the query's best fact's
 
     # What a recorded config without these fields ran with (records made before they existed).
     RECORDED_WITHOUT = {"entity_weight": 0.0, "entity_facts": 0}
@@ -153,4 +155,6 @@ TUNABLES = {
     "subgraph_bound": Tunable("bound", "--subgraph-bound", "facts in the local subgraph (step 7)"),
     "entity_weight": Tunable("beta", "--entity-weight", "score bonus of facts naming an entity the query names (step 9)"),
     "entity_facts": Tunable("entity facts", "--entity-facts", "facts naming an entity the query names added per hop, wherever they lie (step 9)"),
+    "lexical_seeds": Tunable("lexical seeds", "--lexical-seeds", "entry facts per hop by BM25 over the fact and its title, beside the dense ones (step 6)"),
+    "lexical_weight": Tunable("lexical", "--lexical-weight", "weight of a fact's BM25 score, as a share of the best fact's, in the score (step 9)"),
 }

@@ -289,6 +289,8 @@ class SweepConfig:
     subgraph_bound: list[int] | None = None  # also sweep the local subgraph's size (step 7) in this range
     entity_weight: list[float] | None = None  # also sweep the named-entity bonus (step 9) in this range
     entity_facts: list[int] | None = None  # also sweep the facts naming a query's entity added per hop (step 9) in this range
+    lexical_seeds: list[int] | None = None  # also sweep the BM25 entry facts per hop (step 6) in this range
+    lexical_weight: list[float] | None = None  # also sweep the weight of a fact's BM25 score (step 9) in this range
     best_out: str | None = None  # experiment config to write with the best parameters
     validate: str | None = None  # held-out questions (e.g. dev) to score the best and the starting parameters on
     transfer_questions: str | None = None  # held-out questions over another corpus (does a setting carry over?)
@@ -300,8 +302,8 @@ class SweepConfig:
 
     @property
     def ranges(self) -> dict[str, list]:
-        """The swept retriever fields and their [low, high]: alpha, theta, L and K always, n_seeds,
-        subgraph_bound, entity_weight and entity_facts when given a range."""
+        """The swept retriever fields and their [low, high]: alpha, theta, L and K always, the other
+        `TUNABLES` when given a range."""
         return {name: getattr(self, name) for name in TUNABLES if getattr(self, name) is not None}
 
     def __post_init__(self) -> None:

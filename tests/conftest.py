@@ -45,7 +45,7 @@ QUERIES = {"q1": np.array([1.0, 0.0, 0.0], dtype=np.float32), "q2": np.array([0.
 
 @pytest.fixture
 def make_retriever(hand_graph, hand_vectors):
-    def make(name_entities=None, **config) -> HypergraphRetriever:
+    def make(name_entities=None, lexical=None, **config) -> HypergraphRetriever:
         table = FactTable(
             text=[f"fact {i}" for i in range(6)],
             passage=np.array(FACT_PASSAGE),
@@ -55,7 +55,7 @@ def make_retriever(hand_graph, hand_vectors):
             entity_facts=incidence(FACT_ENTITIES, 4).T.tocsr(),
         )
         defaults = dict(n_seeds=1, walk_steps=2, push_epsilon=0.0)
-        return HypergraphRetriever(hand_graph, table, QUERIES.__getitem__, RetrieverConfig(**{**defaults, **config}), name_entities)
+        return HypergraphRetriever(hand_graph, table, QUERIES.__getitem__, RetrieverConfig(**{**defaults, **config}), name_entities, lexical)
 
     return make
 

@@ -163,3 +163,61 @@ def test_passage_facts_are_the_rest_of_a_passage_in_its_order(make_retriever):
     # a hop hands over its query vector, for the program to ask for its top passage's other facts
     hop = retriever("q1")
     assert hop.query_vector.tolist() == QUERIES["q1"].tolist()
+
+
+# BM25 of the six facts for q1: fact 5 (alone in passage 2, cos 0.25, no edge to the rest) matches best, fact 3 next.
+Q1_BM25 = {"q1": np.array([0.0, 0.0, 0.0, 1.0, 0.0, 2.0], dtype=np.float32)}.__getitem__
+
+
+def test_lexical_seeds_enter_the_search_where_the_dense_seeds_do_not_reach(make_retriever):
+    # Fact 5 joins seed 0: the walk from it finds only itself, so the rest of the subgraph and its
+    # distances are the first hop's; fact 5 is an entry fact (distance 0, struct 1): 0.5 * 0.25 + 0.5 = 0.625,
+    # between fact 2 (0.75) and fact 1 (0.55).
+    hop = make_retriever(lexical=Q1_BM25, alpha=0.5, theta=0.25, depth=2, top_k=3, lexical_seeds=1)("q1")
+    assert hop.ranked_ids.tolist() == [0, 2, 5, 1, 3]
+    assert [f.score for f in hop.facts] == pytest.approx([0.95, 0.75, 0.625])
+    assert hop.trace["lexical_seeds"] == [5] and hop.trace["dense_seeds"] == [0]
+    # two lexical seeds, best first: 5 then 3. Fact 3 is now an entry fact (struct 1: 0.5 * 0.2 + 0.5 = 0.6), and the walk
+    # from it reaches fact 4 (passage 1 and entity c, its only other fact: T*[4, 3] = 1), one step from an entry fact:
+    # 0.5 * 0.3 + 0.5 = 0.65
+    hop = make_retriever(lexical=Q1_BM25, alpha=0.5, theta=0.25, depth=2, top_k=3, lexical_seeds=2)("q1")
+    assert hop.trace["lexical_seeds"] == [5, 3] and hop.ranked_ids.tolist() == [0, 2, 4, 5, 3, 1]
+    assert [f.score for f in hop.facts] == pytest.approx([0.95, 0.75, 0.65])
+    # without the option the scores are never asked for: the paper's hop
+    asked = []
+    hop = make_retriever(lexical=lambda query: asked.append(query), alpha=0.5, theta=0.25, depth=2, top_k=3)("q1")
+    assert hop.ranked_ids.tolist() == [0, 2, 1, 3] and asked == [] and hop.trace["lexical_seeds"] == []
+
+
+def test_lexical_weight_adds_a_share_of_the_best_facts_bm25(make_retriever):
+    # the first hop's 0.95, 0.75, 0.55, 0.35 (facts 0, 2, 1, 3); fact 3 has BM25 1.0 of the best 2.0 (fact 5, not a
+    # candidate): weight 0.5 adds 0.25 to it, 0.60, past fact 1 (0.55)
+    hop = make_retriever(lexical=Q1_BM25, alpha=0.5, theta=0.25, depth=2, top_k=4, lexical_weight=0.5)("q1")
+    assert hop.ranked_ids.tolist() == [0, 2, 3, 1]
+    assert [f.score for f in hop.facts] == pytest.approx([0.95, 0.75, 0.60, 0.55])
+    # a query no fact shares a word with: no change
+    hop = make_retriever(lexical=lambda query: np.zeros(6), alpha=0.5, theta=0.25, depth=2, top_k=4, lexical_weight=0.5)("q1")
+    assert hop.ranked_ids.tolist() == [0, 2, 1, 3]
+
+
+def test_the_lexical_options_without_scores_are_an_error(make_retriever):
+    with pytest.raises(HyperProveError, match="lexical_seeds and lexical_weight need the facts' BM25 scores"):
+        make_retriever(alpha=0.5, lexical_seeds=2)("q1")
+
+
+def test_lexical_index_scores_are_lucene_bm25():
+    from modules.retrieval.lexical import LexicalIndex
+
+    texts = ["CARGO_BUILD_JOBS sets jobs", "jobs jobs run", "Nothing shared here today"]
+    scores = LexicalIndex(texts).scores("Which variable is CARGO_BUILD_JOBS?")
+    # by hand, Lucene's BM25 (k1 1.5, b 0.75; idf ln(1 + (N - df + 0.5) / (df + 0.5)), tf part tf / (tf + k1 (1 - b + b dl / avgdl))):
+    # "which" and "is" are stopwords; words per fact 3, 3, 4 ("cargo_build_jobs" is one word), avgdl 10/3;
+    # "cargo_build_jobs" is in 1 of 3 facts, once in a 3-word fact
+    idf = np.log(1 + (3 - 1 + 0.5) / (1 + 0.5))
+    tf = 1 / (1 + 1.5 * (1 - 0.75 + 0.75 * 3 / (10 / 3)))
+    assert scores == pytest.approx([idf * tf, 0.0, 0.0], rel=1e-5)
+    # "jobs": in 2 facts, twice in fact 1
+    idf = np.log(1 + (3 - 2 + 0.5) / (2 + 0.5))
+    expected = [idf * 1 / (1 + 1.5 * (0.25 + 0.75 * 3 / (10 / 3))), idf * 2 / (2 + 1.5 * (0.25 + 0.75 * 3 / (10 / 3))), 0.0]
+    assert LexicalIndex(texts).scores("jobs") == pytest.approx(expected, rel=1e-5)
+    assert LexicalIndex(texts).scores("the").tolist() == [0.0, 0.0, 0.0] and LexicalIndex([]).scores("jobs").shape == (0,)

@@ -22,6 +22,12 @@ names an entity when its own A_i holds it: through synonyms the bonus spread to 
 gained less on 2Wiki train. beta = 0.1 was chosen on 2Wiki train (gold steps); the README
 ("Optimisation") has the train choice and the held-out figures.
 
+Two more additions read the words themselves (`modules.retrieval.lexical`), for names a small
+embedder blurs (a manual's flags and settings): `lexical_seeds` facts of highest BM25 join the
+dense seeds in step 6 (and, on the first hop, the targets struct measures distance to), and
+`lexical_weight` adds a candidate's BM25 score, as a share of the best fact's for the query, to
+its score in step 9.
+
 With `entity_facts` N, the hop's facts also hold the N facts nearest the query among those that
 name an entity the query names, wherever they lie in the hypergraph (the bounded search of
 steps 7-8 may not reach the bridge entity's own passage); their passages rank right after the
@@ -74,14 +80,17 @@ class HypergraphRetriever(dspy.Module):
         encode: Callable[[str], np.ndarray],
         config: RetrieverConfig | None = None,
         name_entities: Callable[[str], Sequence[int]] | None = None,
+        lexical: Callable[[str], np.ndarray] | None = None,
     ):
-        """`name_entities(query)` gives the ids of the entities a query names (None: no query names any)."""
+        """`name_entities(query)` gives the ids of the entities a query names (None: no query names
+        any); `lexical(query)` every fact's BM25 score (needed only with `lexical_seeds` or `lexical_weight`)."""
         super().__init__()
         self.hypergraph = hypergraph
         self.facts = facts
         self.encode = encode
         self.config = config or RetrieverConfig()
         self.name_entities = name_entities
+        self.lexical = lexical
 
     def __deepcopy__(self, memo) -> "HypergraphRetriever":
         """Read-only, so copies share it: DSPy copies a program to compile or load it, and a copy
@@ -95,10 +104,17 @@ class HypergraphRetriever(dspy.Module):
         if len(frontier) and (frontier.min() < 0 or frontier.max() >= self.hypergraph.n_facts):
             raise HyperProveError(f"frontier: fact ids must lie in [0, {self.hypergraph.n_facts}), got {frontier.tolist()}")
 
-        # Step 6: dense seeds together with the carried frontier.
+        # Step 6: dense (and lexical) seeds together with the carried frontier.
         _, ids = self.facts.index.search(query_vector, config.n_seeds)
         dense_seeds = ids[0][ids[0] >= 0].astype(np.int64)
-        seeds = np.union1d(dense_seeds, frontier)
+        lexical = None
+        if config.lexical_seeds or config.lexical_weight:
+            if self.lexical is None:
+                raise HyperProveError("retriever: lexical_seeds and lexical_weight need the facts' BM25 scores, and none were given")
+            lexical = np.asarray(self.lexical(query), dtype=np.float32)
+        lexical_seeds = top_scoring(lexical, config.lexical_seeds) if config.lexical_seeds else np.zeros(0, dtype=np.int64)
+        entry = np.union1d(dense_seeds, lexical_seeds)
+        seeds = np.union1d(entry, frontier)
 
         # Step 7: bounded local subgraph and its renormalised transitions T*.
         nodes = self.hypergraph.local_subgraph(seeds, config.subgraph_bound, config.walk_steps, config.push_epsilon)
@@ -111,7 +127,7 @@ class HypergraphRetriever(dspy.Module):
         candidates = np.flatnonzero(np.isfinite(from_seeds) & ~in_frontier)
 
         # Step 9: score = alpha * cos + (1 - alpha) * struct (+ beta where a fact names a named entity).
-        targets = frontier if len(frontier) else dense_seeds
+        targets = frontier if len(frontier) else entry
         to_targets = hop_distances(edges.T.tocsr(), np.searchsorted(nodes, targets))[candidates]
         struct = np.where(np.isfinite(to_targets), 1.0 / np.maximum(to_targets, 1.0), 0.0)
         candidate_ids = nodes[candidates]
@@ -121,6 +137,8 @@ class HypergraphRetriever(dspy.Module):
         named_entities = query_entities if config.entity_weight else no_entities  # the ones whose facts get the bonus
         names_one = np.isin(candidate_ids, self.facts.entity_facts[named_entities].indices) if len(named_entities) else False
         score = config.alpha * cos + (1.0 - config.alpha) * struct + config.entity_weight * names_one
+        if config.lexical_weight and lexical.max() > 0:
+            score = score + config.lexical_weight * lexical[candidate_ids] / lexical.max()
         order = np.lexsort((candidate_ids, -score))
         top = [self._scored(candidate_ids[k], cos[k], struct[k], score[k]) for k in order[: config.top_k]]
         ranked_ids = candidate_ids[order]
@@ -134,6 +152,7 @@ class HypergraphRetriever(dspy.Module):
         trace = {
             "query": query,
             "dense_seeds": dense_seeds.tolist(),
+            "lexical_seeds": lexical_seeds.tolist(),
             "named_entities": named_entities.tolist(),
             "frontier_in": frontier.tolist(),
             "subgraph_size": int(len(nodes)),
@@ -182,6 +201,14 @@ class HypergraphRetriever(dspy.Module):
             struct=float(struct),
             score=float(score),
         )
+
+
+def top_scoring(scores: np.ndarray, n: int) -> np.ndarray:
+    """The ids of the `n` highest positive scores, best first, ties by id."""
+    positive = np.flatnonzero(scores > 0)
+    if len(positive) > n:
+        positive = positive[np.argpartition(-scores[positive], n - 1)[:n]]
+    return positive[np.lexsort((positive, -scores[positive]))].astype(np.int64)
 
 
 def unique_in_order(values: np.ndarray) -> list[int]:

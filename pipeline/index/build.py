@@ -22,6 +22,7 @@ from modules.errors import HyperProveError
 from modules.facts import Fact, Passage
 from modules.lm.checks import find_entities, subject_name
 from modules.retrieval.hypergraph import Hypergraph, binary_csr, expand_synonyms
+from modules.retrieval.lexical import LexicalIndex
 from modules.retrieval.retriever import FactTable, HypergraphRetriever, RetrieverConfig
 from modules.retrieval.vectors import VectorIndex
 from pipeline.config import IndexConfig
@@ -172,7 +173,18 @@ class HypergraphIndex:
         return max([-1, *self.passage_ids.tolist(), *removed]) + 1
 
     def retriever(self, config: RetrieverConfig, encode: Callable[[str], np.ndarray]) -> HypergraphRetriever:
-        return HypergraphRetriever(self.hypergraph, self.fact_table, encode, config, name_entities=self.name_entities)
+        return HypergraphRetriever(self.hypergraph, self.fact_table, encode, config, name_entities=self.name_entities,
+                                   lexical=self.lexical_scores)
+
+    @cached_property
+    def lexical(self) -> LexicalIndex:
+        """BM25 over each fact read with its passage's title, built on first use (a retriever
+        without `lexical_seeds` or `lexical_weight` never builds it)."""
+        return LexicalIndex([f"{self.passages[p].title}\n{text}" for p, text in zip(self.fact_passage.tolist(), self.fact_text)])
+
+    def lexical_scores(self, query: str) -> np.ndarray:
+        """Every fact's BM25 score for `query` (`LexicalIndex.scores`)."""
+        return self.lexical.scores(query)
 
     @cached_property
     def entity_ids(self) -> dict[str, int]:
