@@ -112,8 +112,10 @@ class _PassageLookup:
         return self.by_key[key]
 
 
-def load_questions(path: str | Path, corpus: list[Passage] | None = None) -> list[Question]:
-    """Questions in the project schema, or HippoRAG's native files (then `corpus` is needed)."""
+def load_questions(path: str | Path, corpus: list[Passage] | None = None, locate_quotes: bool = True) -> list[Question]:
+    """Questions in the project schema, or HippoRAG's native files (then `corpus` is needed).
+    Evidence quotes are located in `corpus`; with `locate_quotes` False they are kept unlocated
+    (no passages), for a reader of types and answers that has no corpus at hand (the report)."""
     path = Path(path)
     items = read_json_list(path, "questions")
     if not items:
@@ -124,7 +126,7 @@ def load_questions(path: str | Path, corpus: list[Passage] | None = None) -> lis
     lookup = _PassageLookup(corpus) if native else None
     questions, first_seen = [], {}
     for k, item in enumerate(items):
-        question = _native_question(path, k, item, lookup) if native else _schema_question(path, k, item, corpus)
+        question = _native_question(path, k, item, lookup) if native else _schema_question(path, k, item, corpus, locate_quotes)
         if not question.question.strip():
             raise HyperProveError(f'{path}: item {k}: field "question" is empty')
         earlier = first_seen.setdefault(question.id, k)
@@ -153,10 +155,10 @@ def _answer_text(path: Path, position: int, item: dict) -> str:
     return answer
 
 
-def _schema_question(path: Path, position: int, item, corpus: list[Passage] | None) -> Question:
+def _schema_question(path: Path, position: int, item, corpus: list[Passage] | None, locate_quotes: bool = True) -> Question:
     n_passages = len(corpus) if corpus is not None else None
     gold = json_field(path, position, item, "gold_passages", list, required=False, default=[])
-    evidence = _evidence(path, position, item, corpus)
+    evidence = _evidence(path, position, item, corpus, locate_quotes)
     if evidence and "gold_passages" not in item:
         gold = list(dict.fromkeys(k for quoted in evidence for k in quoted.passages))
     for value in gold:
@@ -184,13 +186,13 @@ def _schema_question(path: Path, position: int, item, corpus: list[Passage] | No
     )
 
 
-def _evidence(path: Path, position: int, item, corpus: list[Passage] | None) -> tuple[Evidence, ...]:
+def _evidence(path: Path, position: int, item, corpus: list[Passage] | None, locate: bool = True) -> tuple[Evidence, ...]:
     """A question's evidence quotes, each with the passages that hold it (`quoted_passages`).
     2Wiki's evidence is triples ([subject, relation, object]), which its decomposition already holds: none."""
     listed = json_field(path, position, item, "evidence", list, required=False, default=[])
     if all(isinstance(entry, list) for entry in listed):
         return ()
-    if listed and corpus is None:
+    if listed and corpus is None and locate:
         raise HyperProveError(f'{path}: item {position}: field "evidence" gives quotes; they need the corpus to find their passages')
     quotes = []
     for k, entry in enumerate(listed):
@@ -200,7 +202,7 @@ def _evidence(path: Path, position: int, item, corpus: list[Passage] | None) -> 
         file, quote = json_field(path, where, entry, "file", str), json_field(path, where, entry, "quote", str)
         if not quote.strip():
             raise HyperProveError(f'{path}: item {where}: field "quote" is empty')
-        quotes.append(Evidence(file, quote, quoted_passages(quote, file, corpus)))
+        quotes.append(Evidence(file, quote, quoted_passages(quote, file, corpus) if locate else ()))
     return tuple(quotes)
 
 

@@ -119,6 +119,10 @@ def test_evidence_quotes_give_the_gold_passages(tmp_path):
             load_questions(write(tmp_path, "bad.json", [{**items[0], "evidence": evidence}]), QUOTED)
     with pytest.raises(HyperProveError, match='q.json: item 0: field "evidence" gives quotes; they need the corpus to find their passages'):
         load_questions(tmp_path / "q.json")
+    # a reader of types and answers with no corpus at hand (the report) keeps the quotes unlocated
+    unlocated, _ = load_questions(tmp_path / "q.json", locate_quotes=False)
+    assert (unlocated.type, unlocated.answer, unlocated.gold_passages) == ("", "Option", ())
+    assert unlocated.evidence[1] == Evidence("prelude.html", "such as Option, Vec", ())
     # 2Wiki's evidence is triples, which its decomposition holds: no quotes, with or without the corpus
     triples = [{"id": "w", "question": "?", "answer": "x", "gold_passages": [1], "evidence": [["Jaws", "director", "Steven Spielberg"]]}]
     (wiki,) = load_questions(write(tmp_path, "w.json", triples))

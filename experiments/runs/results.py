@@ -84,8 +84,9 @@ def gold_answers(results_dir: Path) -> dict[str, list[str]]:
 
 @functools.lru_cache(maxsize=None)
 def questions_in(path: str) -> list:
-    """A questions file, read once however many tables and verdicts of the report use it."""
-    return load_questions(path) if Path(path).is_file() else []
+    """A questions file, read once however many tables and verdicts of the report use it (its
+    evidence quotes unlocated: the report reads types, answers and gold steps, not passages)."""
+    return load_questions(path, locate_quotes=False) if Path(path).is_file() else []
 
 
 def _recorded(run: dict) -> tuple[HyperProveConfig, dict]:
