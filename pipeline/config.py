@@ -39,6 +39,11 @@ ADAPTERS = {  # how prompts are laid out -> what the CLI help says
 Adapter = typing.Literal[tuple(ADAPTERS)]
 
 
+def replay_sources(replay: str | None) -> list[str]:
+    """The records an `lm.replay` value names: comma-separated, a long run measured in parts."""
+    return [source.strip() for source in (replay or "").split(",") if source.strip()]
+
+
 @config_section("lm")
 class LMConfig:
     """Which LM answers, and how it is called."""

@@ -39,7 +39,7 @@ from experiments.runs.results import (
 from experiments.stats import describe_difference, paired_difference
 from modules.config import TUNABLES
 from modules.errors import HyperProveError
-from pipeline.config import CHOOSE, LMConfig, ProgramConfig
+from pipeline.config import CHOOSE, LMConfig, ProgramConfig, replay_sources
 from pipeline.files import atomic_write_bytes, read_json
 
 OURS = ("hyperprove", "hyperprove-fixed", "hyperprove-passages")  # never "the best peer"
@@ -430,8 +430,8 @@ def replayed_from(named: dict, run: dict) -> dict | None:
     calls = (summary.get("lm_calls_per_question") or 0) * summary.get("n", 0)
     if not (calls and summary.get("lm_cache_hits", 0) >= REPLAYED * calls):
         return None
-    replay = run.get("config", {}).get("lm", {}).get("replay") or ""
-    sources = [source for part in replay.split(",") if (source := named.get(Path(part.strip()).name)) is not None
+    replay = run.get("config", {}).get("lm", {}).get("replay")
+    sources = [source for part in replay_sources(replay) if (source := named.get(Path(part).name)) is not None
                and source is not run and "hyperprove" in source["systems"]]
     if len(sources) <= 1:
         return sources[0] if sources else None

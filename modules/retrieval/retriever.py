@@ -137,8 +137,9 @@ class HypergraphRetriever(dspy.Module):
         named_entities = query_entities if config.entity_weight else no_entities  # the ones whose facts get the bonus
         names_one = np.isin(candidate_ids, self.facts.entity_facts[named_entities].indices) if len(named_entities) else False
         score = config.alpha * cos + (1.0 - config.alpha) * struct + config.entity_weight * names_one
-        if config.lexical_weight and lexical.max() > 0:
-            score = score + config.lexical_weight * lexical[candidate_ids] / lexical.max()
+        best_lexical = lexical.max() if config.lexical_weight else 0.0
+        if best_lexical > 0:
+            score = score + config.lexical_weight * lexical[candidate_ids] / best_lexical
         order = np.lexsort((candidate_ids, -score))
         top = [self._scored(candidate_ids[k], cos[k], struct[k], score[k]) for k in order[: config.top_k]]
         ranked_ids = candidate_ids[order]

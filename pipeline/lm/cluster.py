@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from modules.errors import HyperProveError
+from pipeline.config import replay_sources
 from pipeline.runtime import LIBRARY_DEFAULTS
 
 RAY_HINT = 'Ray is an optional extra: pip install -e ".[ray]"'
@@ -68,7 +69,7 @@ def absolute_paths(config):
     run, lm, program = config.evaluation, config.lm, config.program
     return config.with_overrides(
         evaluation={"questions": resolved(run.questions), "corpus": resolved(run.corpus), "index": resolved(run.index)},
-        lm={"replay": lm.replay and ",".join(resolved(part.strip()) for part in lm.replay.split(",")),
+        lm={"replay": lm.replay and ",".join(resolved(source) for source in replay_sources(lm.replay)),
             "local_model_dir": resolved(lm.local_model_dir)},
         program={"compiled": resolved(program.compiled)},
         cache_dir=resolved(config.cache_dir),

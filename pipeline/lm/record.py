@@ -27,6 +27,7 @@ import dspy
 from dspy.clients.cache import Cache
 
 from modules.errors import HyperProveError, UnrecordedCall
+from pipeline.config import replay_sources
 from pipeline.files import atomic_write_bytes, read_json
 from pipeline.lm.cache import JSONCache, reply_text, request_data, response_from_data
 from pipeline.lm.profile import module_of
@@ -203,10 +204,10 @@ def read_record(source: str | Path) -> "Record":
 
 
 def read_records(sources: str) -> "Record":
-    """The records a `--replay` names, comma-separated (a long run measured in parts, each part's
-    record committed): one record of all their calls, each checked as `read_record` checks it;
-    where two hold the same request, the first named answers it."""
-    records = [read_record(source.strip()) for source in sources.split(",") if source.strip()]
+    """The records a `--replay` names (`replay_sources`, each part's record committed): one record
+    of all their calls, each checked as `read_record` checks it; where two hold the same request,
+    the first named answers it."""
+    records = [read_record(source) for source in replay_sources(sources)]
     if len(records) == 1:
         return records[0]
     calls: dict[str, dict] = {}
