@@ -154,7 +154,7 @@ def test_the_lean_adapter_moves_the_format_reminder_into_the_system_message():
         with dspy.context(lm=lm, adapter=make_adapter(name)):
             assert HopAnswerer()(question="Who directed Jaws?", facts=[fact]).answer == "Steven Spielberg"  # parsed alike
         prompts[name] = lm.history[-1]["messages"]
-    assert isinstance(make_adapter("lean"), LeanChatAdapter) and type(make_adapter("chat")) is dspy.ChatAdapter
+    assert isinstance(make_adapter("lean"), LeanChatAdapter) and type(make_adapter("chat")).__bases__ == (dspy.ChatAdapter,)
     chat, lean = prompts["chat"], prompts["lean"]
     assert reminder in chat[-1]["content"] and reminder not in chat[0]["content"]
     assert reminder in lean[0]["content"] and reminder not in lean[-1]["content"]
@@ -196,6 +196,31 @@ def test_the_prefilled_adapter_starts_the_reply_and_stops_where_the_fields_end()
             assert AnswerGenerator()(question="Who is the mother of Steven Spielberg?", evidence=["x"]).answer == "Leah Adler"
         # one output field: stop where a next header would begin, before the completed marker
         assert lm.seen == ({"role": "assistant", "content": "[[ ## answer ## ]]\n"}, ["\n\n[["])
+
+
+def test_every_adapter_reads_a_list_whose_strings_hold_bare_quotes():
+    from dspy.utils import DummyLM
+
+    from modules.lm.predictors import Decomposer
+    from pipeline.lm.adapters import make_adapter
+
+    question = 'What is a possible future f"" prefix described as a short-hand for?'
+    replies = {  # the raw reply (not JSON: the quotes are not escaped) -> the sub-questions it means
+        f'["{question}"]': [question],
+        '["Who wrote "Nina"?", "When was #1 born?"]': ['Who wrote "Nina"?', "When was #1 born?"],
+        '["Who wrote \\"Nina\\"?", "When was #1 born?"]': ['Who wrote "Nina"?', "When was #1 born?"],  # JSON: as DSPy reads it
+    }
+    for reply, expected in replies.items():
+        for name in ("chat", "lean", "prefilled", "lean-prefilled"):
+            lm = DummyLM([{}])
+            lm._format_answer_fields = lambda fields, reply=reply: f"[[ ## sub_questions ## ]]\n{reply}\n\n[[ ## completed ## ]]"
+            with dspy.context(lm=lm, adapter=make_adapter(name)):
+                assert Decomposer()(question=question).sub_questions == expected, (name, reply)
+    # DSPy's own repair cuts the first reply at its quotes into two fragments, neither a question
+    lm = DummyLM([{}])
+    lm._format_answer_fields = lambda fields: f'[[ ## sub_questions ## ]]\n["{question}"]\n\n[[ ## completed ## ]]'
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        assert Decomposer()(question=question).sub_questions == ["What is a possible future f", "prefix described as a short-hand for?"]
 
 
 def test_the_lean_prefilled_adapter_sends_the_lean_request_with_the_reply_begun():

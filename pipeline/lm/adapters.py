@@ -3,10 +3,62 @@ embedded model fewer computed and generated tokens (`LMConfig.adapter` names one
 
 from __future__ import annotations
 
+import json
+import re
+
 import dspy
+from dspy.adapters.chat_adapter import field_header_pattern
+
+ITEM_BOUNDARY = re.compile(r'"\s*,\s*"')
+BARE_QUOTE = re.compile(r'(?<!\\)"')
 
 
-class LeanChatAdapter(dspy.ChatAdapter):
+class TolerantChatAdapter(dspy.ChatAdapter):
+    """DSPy's ChatAdapter that also reads a list of strings whose strings quote something without
+    escaping it: `["What is the f"" prefix short for?"]`. Questions about code and titles quote
+    often, and a JSON repair splits such a string at its quotes into fragments that are no longer
+    questions; here a list that is not JSON is split only where one string ends and the next
+    begins (`quoted_items`). Replies that are JSON parse exactly as in DSPy."""
+
+    def parse(self, signature, completion: str) -> dict:
+        fields = super().parse(signature, completion)
+        for name, field in signature.output_fields.items():
+            if field.annotation == list[str] and (items := quoted_items(section(completion, name))) is not None:
+                fields[name] = items
+        return fields
+
+
+def section(completion: str, name: str) -> str:
+    """The text under the reply's first `[[ ## name ## ]]` header, as ChatAdapter.parse cuts it."""
+    lines, inside = [], None
+    for line in completion.splitlines():
+        if match := field_header_pattern.match(line.strip()):
+            if inside:
+                break
+            inside = match.group(1) == name
+            line = line.strip()[match.end():]
+        if inside:
+            lines.append(line)
+    return "\n".join(lines).strip()
+
+
+def quoted_items(text: str) -> list[str] | None:
+    """The strings of a one-line list `["...", "..."]` that is not valid JSON because its strings
+    hold bare double quotes; None for valid JSON or anything not shaped as such a list."""
+    if "\n" in text or not (text.startswith('["') and text.endswith('"]')):
+        return None
+    try:
+        json.loads(text)
+        return None
+    except ValueError:
+        pass
+    try:
+        return [json.loads('"' + BARE_QUOTE.sub(r'\\"', item) + '"') for item in ITEM_BOUNDARY.split(text[2:-2])]
+    except ValueError:  # a bad escape: left to DSPy's repair
+        return None
+
+
+class LeanChatAdapter(TolerantChatAdapter):
     """ChatAdapter with its output-format reminder moved from the end of every request into the
     system message. The system message and the demonstrations are the prefix the server's prompt
     cache reuses across calls; the request is what it computes anew each time (METHOD.md is silent
@@ -19,7 +71,7 @@ class LeanChatAdapter(dspy.ChatAdapter):
         return None
 
 
-class PrefilledChatAdapter(dspy.ChatAdapter):
+class PrefilledChatAdapter(TolerantChatAdapter):
     """ChatAdapter whose reply is started for the model and stopped where its fields end.
 
     The request ends with an assistant message holding the first output field's header, which
@@ -56,9 +108,9 @@ class LeanPrefilledChatAdapter(PrefilledChatAdapter, LeanChatAdapter):
     the cost per token of each kind, and the seconds a question it saves: experiments/FINDINGS.md."""
 
 
-ADAPTER_CLASSES = {"chat": dspy.ChatAdapter, "lean": LeanChatAdapter, "prefilled": PrefilledChatAdapter,
+ADAPTER_CLASSES = {"chat": TolerantChatAdapter, "lean": LeanChatAdapter, "prefilled": PrefilledChatAdapter,
                    "lean-prefilled": LeanPrefilledChatAdapter}
 
 
-def make_adapter(name: str) -> dspy.ChatAdapter:
+def make_adapter(name: str) -> TolerantChatAdapter:
     return ADAPTER_CLASSES[name]()
