@@ -283,6 +283,32 @@ def test_compare_pairs_systems_of_two_results_folders(tmp_path):
         compare(f"{tmp_path / 'a'}:dense", f"{tmp_path / 'b'}:ppr", ["recall@5"])
 
 
+def test_compare_pools_pairs_of_one_option_over_several_sets(tmp_path):
+    import pytest
+
+    from experiments.tools.compare import compare, main, pooled
+
+    # set x: the option gains 100 on q0 and q1 of four; set y: the base run answered six, the option's run (a --limit
+    # rerun) four of them, on which it loses 100 on y0. Pooled: +100, +100, 0, 0, -100, 0, 0, 0 -> mean +12.5
+    runs = {"x-option": [1, 1, 0, 0], "x-base": [0, 0, 0, 0], "y-option": [0, 1, 1, 1], "y-base": [1, 1, 1, 1, 0, 0]}
+    for name, values in runs.items():
+        (tmp_path / name).mkdir()
+        rows = [{"id": f"{name[0]}{k}", "f1": float(v)} for k, v in enumerate(values)]
+        (tmp_path / name / "predictions.json").write_text(json.dumps({"hyperprove": rows}))
+    side = {name: f"{tmp_path / name}:hyperprove" for name in runs}
+    # the second side answered more: the first side's four questions are the ones paired. A resample of -100, 0, 0, 0
+    # has mean -100 with probability (1/4)^4 = 0.4% and -75 or less with 5.1%: the 2.5th percentile is -75
+    assert compare(side["y-option"], side["y-base"], ["f1"])[0].endswith("-25.00 (95% interval -75.00 to +0.00; 0 up, 1 down, 3 same): "
+                                                                        "within noise; 75.00 against 100.00 on 4 questions")
+    lines = pooled([side["x-option"], side["x-base"], side["y-option"], side["y-base"]], ["f1"])
+    assert len(lines) == 3 and lines[:2] == compare(side["x-option"], side["x-base"], ["f1"]) + compare(side["y-option"], side["y-base"], ["f1"])
+    mean, rest = lines[2].split(" (95% interval ")
+    assert mean == "pooled, 2 pairs: f1 +12.50"
+    assert rest.endswith("; 2 up, 1 down, 5 same): within noise; 62.50 against 50.00 on 8 questions")
+    with pytest.raises(SystemExit):  # an odd side is no pair
+        main(["--pooled", side["x-option"], side["x-base"], side["y-option"]])
+
+
 def test_compare_costs_puts_each_sides_lm_bill_beside_its_scores(tmp_path):
     import pytest
 

@@ -7,6 +7,8 @@ its paired bootstrap 95% interval (`experiments/stats.py`), for runs the report 
     python -m experiments.tools.compare musique-lm60:hyperprove musique-lm60:dense --metrics f1 em --first 20
     python -m experiments.tools.compare --costs hotpotqa-lm60-fast:hyperprove hotpotqa-lm60:hyperprove --metrics f1 recall@5
     python -m experiments.tools.compare 2wiki-lm300:hyperprove 2wiki-lm300:dense-iterative --where reader --types compositional inference
+    python -m experiments.tools.compare --pooled musique-train-lexical:hyperprove musique-train-hop-passage:hyperprove \
+        hotpotqa-train-lexical:hyperprove hotpotqa-train-both:hyperprove
 
 Each side is RESULTS:SYSTEM: a results folder (a name under experiments/results/, or a path)
 and a system in its predictions.json. The first side minus the second, then each side's mean.
@@ -19,7 +21,9 @@ reader), `--types T ...` those of some question types. With `--costs`, first a t
 each side's LM calls cost a question (from each row's `lm_steps`) beside its scores: the
 before/after table of a cheaper answer path. Where both runs recorded their LM calls, a first
 line says how many requests they share and how many of those got the same reply: two options
-compared on the same calls share all but the ones an option changes.
+compared on the same calls share all but the ones an option changes. With `--pooled`, the sides
+are pairs (first, second, first, second, ...) of one option on several sets: each pair, then all
+their questions pooled into one paired interval, as an option chosen across sets is judged.
 """
 
 from __future__ import annotations
@@ -88,9 +92,13 @@ class Subset:
 
 
 def paired_rows(first: str, second: str, subset: Subset = Subset()) -> tuple[list[dict], list[dict]]:
-    """Both sides' rows, only the `subset`'s questions (chosen by the first side)."""
+    """Both sides' rows, only the `subset`'s questions (chosen by the first side). Where the second
+    side answered every question of the first and more (the first a `--limit`ed rerun of it), the
+    first side's questions are the ones paired."""
     rows, others = side_rows(first), side_rows(second)
     kept = subset.ids(first, rows)
+    if kept is None and {row["id"] for row in rows} < {row["id"] for row in others}:
+        kept = {row["id"] for row in rows}
     if kept is not None:
         rows, others = [row for row in rows if row["id"] in kept], [row for row in others if row["id"] in kept]
     return rows, others
@@ -119,6 +127,23 @@ def compare(first: str, second: str, metrics: list[str], subset: Subset = Subset
             raise HyperProveError(f"{metric!r} is not scored in both {first} and {second}")
         means = [100 * sum(row[metric] for row in side) / len(side) for side in (rows, others)]
         lines.append(f"{first} minus {second}: {describe_difference(paired_difference(rows, others, metric))}; "
+                     "{:.2f} against {:.2f} on {} questions".format(*means, len(rows)))
+    return lines
+
+
+def pooled(sides: list[str], metrics: list[str], subset: Subset = Subset()) -> list[str]:
+    """Each pair of `sides` (first, second, first, second, ...) compared, then the questions of
+    every pair pooled and resampled as one set: an option's difference over all the sets it was
+    measured on, with the power of all their questions."""
+    pairs = list(zip(sides[::2], sides[1::2]))
+    lines, rows, others = [], [], []
+    for first, second in pairs:
+        lines += compare(first, second, metrics, subset)
+        mine, theirs = paired_rows(first, second, subset)
+        rows, others = rows + mine, others + theirs
+    for metric in metrics:
+        means = [100 * sum(row[metric] for row in side) / len(side) for side in (rows, others)]
+        lines.append(f"pooled, {len(pairs)} pairs: {describe_difference(paired_difference(rows, others, metric))}; "
                      "{:.2f} against {:.2f} on {} questions".format(*means, len(rows)))
     return lines
 
@@ -198,16 +223,21 @@ def choices(side: str, metrics: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("sides", nargs="+", help="RESULTS:SYSTEM RESULTS:SYSTEM (two), or with --choices any number")
+    parser.add_argument("sides", nargs="+", help="RESULTS:SYSTEM RESULTS:SYSTEM (two; with --pooled any number of pairs; with --choices any number)")
     parser.add_argument("--metrics", nargs="+", default=["f1"], help="per-question scores: f1, em, recall@2, recall@5")
     parser.add_argument("--choices", action="store_true", help="each side with and without the final answers choose_options replaced")
     parser.add_argument("--first", type=int, metavar="N", help="only the first N questions of the first side's questions file")
     parser.add_argument("--where", choices=["by-rule", "reader"], help="only the questions the first side answered by rule, or with its reader")
     parser.add_argument("--types", nargs="+", default=[], metavar="TYPE", help="only questions of these types (e.g. compositional inference)")
     parser.add_argument("--costs", action="store_true", help="first a table of each side's LM calls, tokens and seconds a question")
+    parser.add_argument("--pooled", action="store_true", help="the sides are pairs of one option on several sets: each pair, then all pooled")
     args = parser.parse_args(argv)
-    if not args.choices and len(args.sides) != 2:
-        parser.error("give two sides to compare (or --choices)")
+    if args.pooled and (len(args.sides) < 4 or len(args.sides) % 2):
+        parser.error("--pooled takes two or more pairs of sides: FIRST SECOND FIRST SECOND ...")
+    if not args.choices and not args.pooled and len(args.sides) != 2:
+        parser.error("give two sides to compare (or --choices, or pairs with --pooled)")
+    if args.pooled and (args.choices or args.costs):
+        parser.error("--pooled goes with pairs of sides, not --choices or --costs")
     if args.first is not None and args.first < 1:
         parser.error("--first takes a whole number from 1")
     if args.choices and (args.first is not None or args.where or args.types):
@@ -217,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.choices:
             lines = [line for side in args.sides for line in choices(side, args.metrics)]
+        elif args.pooled:
+            lines = pooled(args.sides, args.metrics, Subset(args.first, args.where, tuple(args.types)))
         else:
             lines = (costs if args.costs else compare)(*args.sides, args.metrics, Subset(args.first, args.where, tuple(args.types)))
         print("\n".join(lines))
