@@ -109,11 +109,11 @@ class RetrieverConfig:
     push_epsilon: float = Field(1e-5, ge=0.0, le=1.0)  # step 7: smallest per-fact mass an entity or passage spreads
     entity_weight: float = Field(0.1, ge=0.0, le=1.0)  # step 9, added: score bonus of a fact naming an entity the query names (chosen on 2Wiki train)
     entity_facts: int = Field(0, ge=0, le=20)  # step 9, added: also this many facts nearest the query among those naming an entity it names, wherever they lie
-    lexical_seeds: int = Field(0, ge=0, le=1000)  # step 6, added: entry facts by BM25 over "title\ntext", beside the dense ones
-    lexical_weight: float = Field(0.0, ge=0.0, le=1.0)  # step 9, added: weight of a candidate's BM25 score, as a share of the query's best fact's
+    lexical_seeds: int = Field(10, ge=0, le=1000)  # step 6, added: entry facts by BM25 over "title\ntext", beside the dense ones (chosen on train splits, experiments/FINDINGS.md)
+    lexical_weight: float = Field(0.3, ge=0.0, le=1.0)  # step 9, added: weight of a candidate's BM25 score, as a share of the query's best fact's
 
     # What a recorded config without these fields ran with (records made before they existed).
-    RECORDED_WITHOUT = {"entity_weight": 0.0, "entity_facts": 0}
+    RECORDED_WITHOUT = {"entity_weight": 0.0, "entity_facts": 0, "lexical_seeds": 0, "lexical_weight": 0.0}
 
     @classmethod
     def accepts(cls, name: str, value) -> bool:

@@ -54,7 +54,7 @@ def make_retriever(hand_graph, hand_vectors):
             index=VectorIndex.build(hand_vectors),
             entity_facts=incidence(FACT_ENTITIES, 4).T.tocsr(),
         )
-        defaults = dict(n_seeds=1, walk_steps=2, push_epsilon=0.0)
+        defaults = dict(n_seeds=1, walk_steps=2, push_epsilon=0.0, lexical_seeds=0, lexical_weight=0.0)  # the dense search, worked by hand
         return HypergraphRetriever(hand_graph, table, QUERIES.__getitem__, RetrieverConfig(**{**defaults, **config}), name_entities, lexical)
 
     return make

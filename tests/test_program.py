@@ -375,7 +375,7 @@ def test_the_hop_reader_also_reads_the_rest_of_the_top_passage(retriever):
     hop's top passage in order; the frontier still carries only the facts it cites."""
     from modules.retrieval.retriever import HypergraphRetriever
 
-    one = HypergraphRetriever(retriever.hypergraph, retriever.facts, retriever.encode, RetrieverConfig(top_k=1, n_seeds=3),
+    one = HypergraphRetriever(retriever.hypergraph, retriever.facts, retriever.encode, RetrieverConfig(top_k=1, n_seeds=3, lexical_seeds=0, lexical_weight=0.0),
                               retriever.name_entities)
     plain, _ = run(one, script(), hop_passage_facts=0)
     assert [[fact["text"] for fact in hop["facts"]] for hop in plain.chain] == [

@@ -110,7 +110,8 @@ class HypergraphRetriever(dspy.Module):
         lexical = None
         if config.lexical_seeds or config.lexical_weight:
             if self.lexical is None:
-                raise HyperProveError("retriever: lexical_seeds and lexical_weight need the facts' BM25 scores, and none were given")
+                raise HyperProveError("retriever: lexical_seeds and lexical_weight need the facts' BM25 scores (`lexical=`, which "
+                                      "HypergraphIndex.retriever gives); none were given: set both to 0 for the dense search alone")
             lexical = np.asarray(self.lexical(query), dtype=np.float32)
         lexical_seeds = top_scoring(lexical, config.lexical_seeds) if config.lexical_seeds else np.zeros(0, dtype=np.int64)
         entry = np.union1d(dense_seeds, lexical_seeds)
