@@ -33,6 +33,7 @@ from experiments.runs.results import (
     read_run_file,
     recorded_index,
     recorded_program,
+    recorded_retriever,
     run_questions,
     system_rows,
 )
@@ -159,7 +160,7 @@ def same_setting(a: dict, b: dict) -> bool:
     keys = ("questions", "corpus", "limit", "decomposition")
     skip = [run.get("evaluation", {}).get("skip") or 0 for run in (ca, cb)]
     return (all(ca.get("evaluation", {}).get(k) == cb.get("evaluation", {}).get(k) for k in keys) and skip[0] == skip[1]
-            and ca.get("retriever") == cb.get("retriever") and recorded_index(a) == recorded_index(b)
+            and recorded_retriever(a) == recorded_retriever(b) and recorded_index(a) == recorded_index(b)
             and {**recorded_program(a), "compiled": None} == {**recorded_program(b), "compiled": None})
 
 

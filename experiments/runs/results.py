@@ -105,6 +105,11 @@ def recorded_program(run: dict) -> dict:
     return {**asdict(config.program), **retired, "adapter": config.lm.layout}
 
 
+def recorded_retriever(run: dict) -> dict:
+    """The retriever settings a run ran with (a field its record lacks: what runs went without it)."""
+    return _recorded(run)[0].retriever.to_dict()
+
+
 def recorded_index(run: dict) -> dict:
     """The index settings a run ran with (`sentence_rules` 1 for a record made before they existed)."""
     return asdict(_recorded(run)[0].index)
