@@ -149,6 +149,12 @@ def test_a_compiled_run_is_compared_with_the_same_setting_uncompiled():
     rules2 = {**pinned, "config": {**pinned["config"], "index": {"extractor": "sentences", "sentence_rules": 2}}}
     retired_on = {**older, "config": {**older["config"], "program": {"compiled": None, "option_hops": True}}}
     assert len(compiled_program(rules2, [older, rules2])) == len(compiled_program(pinned, [retired_on, pinned])) == 2
+    # a base recorded before the lexical search existed ran without it: the same setting as a run that names it off
+    off = {**compiled, "config": {**setting, "retriever": {"alpha": 0.9, "lexical_seeds": 0, "lexical_weight": 0.0},
+                                  "program": {"compiled": "/nowhere/p.json"}}}
+    on = {**off, "config": {**off["config"], "retriever": {"alpha": 0.9, "lexical_seeds": 10, "lexical_weight": 0.3}}}
+    assert compiled_program(off, [base, off])[2].startswith("Against `base` (the same setting, built-in demonstrations)")
+    assert len(compiled_program(on, [base, on])) == 2
 
 
 def test_the_compile_record_says_whether_the_grade_was_held_out(tmp_path):
