@@ -489,6 +489,12 @@ def test_a_compiled_program_has_its_own_row_its_peers_rerun_under_it_and_its_cha
     assert render_sets([chosen, *runs])[4].endswith("| 5.00 (20.0) in `musique-more-lm95` |")
     assert render_sets([{**chosen, "systems": {**chosen["systems"], "hyperprove": {**chosen["systems"]["hyperprove"], "lm_cache_hits": 8}}},
                         *runs])[4].endswith("| 5.00 (0.1; 4.00 replayed) |")  # 8 of 10: its own cost
+    # a newer rerun with another retriever stands for the set; the compiled program keeps its row, against the newest
+    # run of its own setting (the chosen rerun, not the first run)
+    lexical = {**chosen, "name": "musique-more-lm95-lexical", "config": {**chosen["config"], "retriever": {"lexical_seeds": 10}}}
+    table = render_sets([lexical, chosen, *runs])
+    assert table[4].startswith("| musique-more-lm95-lexical | built-in |") and table[5].startswith("| musique-more-lm95-steps | `tiny` |")
+    assert render_compiled([lexical, chosen, *runs])[4].startswith("| musique-more-lm95-chosen | musique-more-lm95-steps |")
 
 
 def test_a_run_that_replays_the_parts_that_made_its_calls_costs_what_they_did():

@@ -358,7 +358,7 @@ HEADLINE_RUN = "2wiki-lm300"  # hundreds of questions no earlier LM run saw: whe
 
 
 POWERED = (HEADLINE_RUN, "musique-more-lm95", "hotpotqa-more-lm300")  # per set, the dev questions no earlier run saw, in their hundreds
-RERUNS = ("-chosen", "-final")  # a set's rerun with the defaults chosen on train, newest first; it stands for the set where there
+RERUNS = ("-lexical", "-chosen", "-final")  # a set's reruns with the defaults chosen on train, newest first; the newest stands for the set
 
 
 def newest(named: dict, name: str) -> dict | None:
@@ -381,10 +381,10 @@ def render_headline(runs: Sequence[dict]) -> list[str]:
 
 def compiled_runs(runs: Sequence[dict], named: dict, name: str) -> list[tuple[dict, dict]]:
     """(compiled run, built-in run) for a set: each run with a compiled program and the setting
-    (`same_setting`) of the set's `newest` run or of its first, HyperProve among its systems; a
-    `<name>-peers` run, which reruns the peers that read the program under it, is not one
-    (`peer_runs` reads it)."""
-    bases = [run for run in (newest(named, name), named.get(name)) if run and "hyperprove" in run["systems"]]
+    (`same_setting`) of one of the set's reruns (`RERUNS`, newest first) or of its first run,
+    HyperProve among its systems; a `<name>-peers` run, which reruns the peers that read the
+    program under it, is not one (`peer_runs` reads it)."""
+    bases = [run for run in (*(named.get(name + suffix) for suffix in RERUNS), named.get(name)) if run and "hyperprove" in run["systems"]]
     found = []
     for run in runs:
         if program_of(run) and "hyperprove" in run["systems"] and not run.get("name", "").endswith("-peers"):
