@@ -72,6 +72,9 @@ class LMConfig:
     # (`pipeline.lm.record`); a request not in it stops the run, unless `live` sends it to the LM.
     replay: str | None = None
     live: bool = False
+    # A list reply whose strings hold bare double quotes (`["What is the f"" prefix for?"]`) is split
+    # where one string ends, not at every quote (`pipeline.lm.adapters.quoted_items`).
+    quoted_lists: bool = True
 
     @field_validator("api_base")
     @classmethod
@@ -83,7 +86,8 @@ class LMConfig:
         return value
 
     # What a recorded config without these fields ran with (records made before they existed).
-    RECORDED_WITHOUT = {"adapter": "chat", "deterministic": False, "replay": None, "live": False, "timeout": None, "retries": None}
+    RECORDED_WITHOUT = {"adapter": "chat", "deterministic": False, "replay": None, "live": False, "timeout": None, "retries": None,
+                        "quoted_lists": False}
 
     @property
     def layout(self) -> str:

@@ -216,11 +216,16 @@ def test_every_adapter_reads_a_list_whose_strings_hold_bare_quotes():
             lm._format_answer_fields = lambda fields, reply=reply: f"[[ ## sub_questions ## ]]\n{reply}\n\n[[ ## completed ## ]]"
             with dspy.context(lm=lm, adapter=make_adapter(name)):
                 assert Decomposer()(question=question).sub_questions == expected, (name, reply)
-    # DSPy's own repair cuts the first reply at its quotes into two fragments, neither a question
-    lm = DummyLM([{}])
-    lm._format_answer_fields = lambda fields: f'[[ ## sub_questions ## ]]\n["{question}"]\n\n[[ ## completed ## ]]'
-    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        assert Decomposer()(question=question).sub_questions == ["What is a possible future f", "prefix described as a short-hand for?"]
+    # DSPy's own repair cuts the first reply at its quotes into two fragments, neither a question; so does every
+    # adapter with `quoted_lists` off, as runs recorded before it read their replies
+    for adapter in (dspy.ChatAdapter(), make_adapter("lean-prefilled", quoted_lists=False)):
+        lm = DummyLM([{}])
+        lm._format_answer_fields = lambda fields: f'[[ ## sub_questions ## ]]\n["{question}"]\n\n[[ ## completed ## ]]'
+        with dspy.context(lm=lm, adapter=adapter):
+            assert Decomposer()(question=question).sub_questions == ["What is a possible future f", "prefix described as a short-hand for?"]
+    from pipeline.config import HyperProveConfig
+
+    assert HyperProveConfig().lm.quoted_lists and not HyperProveConfig.from_record({"lm": {}}).lm.quoted_lists
 
 
 def test_the_lean_prefilled_adapter_sends_the_lean_request_with_the_reply_begun():

@@ -18,10 +18,17 @@ class TolerantChatAdapter(dspy.ChatAdapter):
     escaping it: `["What is the f"" prefix short for?"]`. Questions about code and titles quote
     often, and a JSON repair splits such a string at its quotes into fragments that are no longer
     questions; here a list that is not JSON is split only where one string ends and the next
-    begins (`quoted_items`). Replies that are JSON parse exactly as in DSPy."""
+    begins (`quoted_items`). Replies that are JSON parse exactly as in DSPy; with `quoted_lists`
+    off (as runs recorded before it read their replies), so does every reply."""
+
+    def __init__(self, *args, quoted_lists: bool = True, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.quoted_lists = quoted_lists
 
     def parse(self, signature, completion: str) -> dict:
         fields = super().parse(signature, completion)
+        if not self.quoted_lists:
+            return fields
         for name, field in signature.output_fields.items():
             if field.annotation == list[str] and (items := quoted_items(section(completion, name))) is not None:
                 fields[name] = items
@@ -112,5 +119,5 @@ ADAPTER_CLASSES = {"chat": TolerantChatAdapter, "lean": LeanChatAdapter, "prefil
                    "lean-prefilled": LeanPrefilledChatAdapter}
 
 
-def make_adapter(name: str) -> TolerantChatAdapter:
-    return ADAPTER_CLASSES[name]()
+def make_adapter(name: str, quoted_lists: bool = True) -> TolerantChatAdapter:
+    return ADAPTER_CLASSES[name](quoted_lists=quoted_lists)

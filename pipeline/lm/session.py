@@ -136,7 +136,7 @@ class LMSession:
         # An LM object handed in (a test's scripted LM, a custom client) is no embedded server: DSPy's
         # chat layout unless one is named.
         self.adapter = config.lm.layout_for(embedded=lm is None and config.lm.model is None)
-        dspy.configure(lm=self.lm, adapter=make_adapter(self.adapter))
+        dspy.configure(lm=self.lm, adapter=make_adapter(self.adapter, quoted_lists=config.lm.quoted_lists))
 
     def calls(self) -> int:
         return self.profile.calls
