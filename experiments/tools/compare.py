@@ -117,18 +117,30 @@ def shared_calls(first: str, second: str) -> list[str]:
     return [f"LM calls: {len(records[0].calls)} and {len(records[1].calls)} recorded; {both} requests in both, {same} of them with the same reply"]
 
 
-def compare(first: str, second: str, metrics: list[str], subset: Subset = Subset()) -> list[str]:
+def checked_rows(first: str, second: str, metrics: list[str], subset: Subset = Subset()) -> tuple[list[dict], list[dict]]:
+    """`paired_rows`, refused unless both sides answered the same questions and score every metric."""
     rows, others = paired_rows(first, second, subset)
     if not rows or [row["id"] for row in rows] != [row["id"] for row in others]:
         raise HyperProveError(f"{first} and {second} did not answer the same questions; a paired difference needs the same ones")
-    lines = shared_calls(first, second)
     for metric in metrics:
         if metric not in rows[0] or metric not in others[0]:
             raise HyperProveError(f"{metric!r} is not scored in both {first} and {second}")
+    return rows, others
+
+
+def difference_lines(label: str, rows: list[dict], others: list[dict], metrics: list[str]) -> list[str]:
+    """One line per metric: `rows` minus `others` question by question, then each side's mean."""
+    lines = []
+    for metric in metrics:
         means = [100 * sum(row[metric] for row in side) / len(side) for side in (rows, others)]
-        lines.append(f"{first} minus {second}: {describe_difference(paired_difference(rows, others, metric))}; "
+        lines.append(f"{label}: {describe_difference(paired_difference(rows, others, metric))}; "
                      "{:.2f} against {:.2f} on {} questions".format(*means, len(rows)))
     return lines
+
+
+def compare(first: str, second: str, metrics: list[str], subset: Subset = Subset()) -> list[str]:
+    rows, others = checked_rows(first, second, metrics, subset)
+    return shared_calls(first, second) + difference_lines(f"{first} minus {second}", rows, others, metrics)
 
 
 def pooled(sides: list[str], metrics: list[str], subset: Subset = Subset()) -> list[str]:
@@ -138,14 +150,10 @@ def pooled(sides: list[str], metrics: list[str], subset: Subset = Subset()) -> l
     pairs = list(zip(sides[::2], sides[1::2]))
     lines, rows, others = [], [], []
     for first, second in pairs:
-        lines += compare(first, second, metrics, subset)
-        mine, theirs = paired_rows(first, second, subset)
+        mine, theirs = checked_rows(first, second, metrics, subset)
+        lines += shared_calls(first, second) + difference_lines(f"{first} minus {second}", mine, theirs, metrics)
         rows, others = rows + mine, others + theirs
-    for metric in metrics:
-        means = [100 * sum(row[metric] for row in side) / len(side) for side in (rows, others)]
-        lines.append(f"pooled, {len(pairs)} pairs: {describe_difference(paired_difference(rows, others, metric))}; "
-                     "{:.2f} against {:.2f} on {} questions".format(*means, len(rows)))
-    return lines
+    return lines + difference_lines(f"pooled, {len(pairs)} pairs", rows, others, metrics)
 
 
 COST_FIELDS = ("calls", "cache_hits", "prompt_tokens", "cached_prompt_tokens", "completion_tokens")
