@@ -115,6 +115,11 @@ class RetrieverConfig:
     # What a recorded config without these fields ran with (records made before they existed).
     RECORDED_WITHOUT = {"entity_weight": 0.0, "entity_facts": 0, "lexical_seeds": 0, "lexical_weight": 0.0}
 
+    @property
+    def lexical(self) -> bool:
+        """Whether the search reads BM25 (`lexical_seeds` or `lexical_weight`), and so needs the facts' scores."""
+        return bool(self.lexical_seeds or self.lexical_weight)
+
     @classmethod
     def accepts(cls, name: str, value) -> bool:
         """Whether `name` may take `value` (its type and range)."""

@@ -108,7 +108,7 @@ class HypergraphRetriever(dspy.Module):
         _, ids = self.facts.index.search(query_vector, config.n_seeds)
         dense_seeds = ids[0][ids[0] >= 0].astype(np.int64)
         lexical = None
-        if config.lexical_seeds or config.lexical_weight:
+        if config.lexical:
             if self.lexical is None:
                 raise HyperProveError("retriever: lexical_seeds and lexical_weight need the facts' BM25 scores (`lexical=`, which "
                                       "HypergraphIndex.retriever gives); none were given: set both to 0 for the dense search alone")

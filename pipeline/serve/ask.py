@@ -61,7 +61,7 @@ class Asker:
         # that starts it, and questions answered in several threads share one of each
         self.runtime.session, self.runtime.traces
         self.runtime.embedder.load()
-        if config.retriever.lexical_seeds or config.retriever.lexical_weight:
+        if config.retriever.lexical:
             self.index.lexical  # BM25 over the facts now, not while the first question waits
 
     def __call__(self, question: str, listener: Callable[[str, dict], None] | None = None) -> tuple[dict, dspy.Prediction]:
