@@ -7,7 +7,7 @@ import pytest
 
 from modules.errors import HyperProveError
 from pipeline.cli import main
-from pipeline.index.documents import read_folder, read_html, read_markdown, read_pdf, read_plain, split_text
+from pipeline.index.documents import Section, read_folder, read_html, read_markdown, read_pdf, read_plain, split_text
 from tests.support import Scripted
 
 
@@ -178,8 +178,8 @@ def test_a_missing_format_library_names_the_extra(tmp_path, monkeypatch):
     import sys
 
     (tmp_path / "a.html").write_text("<p>x</p>")
-    monkeypatch.setitem(sys.modules, "bs4", None)  # as if not installed: importing it raises ImportError
-    with pytest.raises(HyperProveError, match=r'reading HTML files needs the bs4 package: pip install -e "\.\[docs\]"'):
+    monkeypatch.setitem(sys.modules, "lxml.html", None)  # as if not installed: importing it raises ImportError
+    with pytest.raises(HyperProveError, match=r'reading HTML files needs the lxml package: pip install -e "\.\[docs\]"'):
         read_folder(tmp_path, log=lambda line: None)
 
 
@@ -374,6 +374,53 @@ def test_html_code_blocks_are_fenced_headings_nest_and_the_site_name_leaves_the_
     # a <title> that is not the <h1> and a site name keeps the <title>; the <h1> then heads the first section
     title, sections = read_html(tmp_path / "x.html", b"<title>Guide</title><h1>Start</h1><p>Text here.</p>")
     assert (title, sections[0].heading) == ("Guide", "Start")
+
+
+def test_html_is_decoded_by_its_declared_charset_a_word_break_joins_its_word_and_an_xml_declaration_is_read(tmp_path):
+    latin = '<html><head><meta charset="iso-8859-1"><title>Caf\xe9</title></head><body><p>Cr\xe8me br\xfbl\xe9e.</p></body></html>'
+    assert read_html(tmp_path / "a.html", latin.encode("latin-1")) == ("Café", [Section("", "Crème brûlée.")])
+    # no charset declared: UTF-8, else Windows-1252 (its curly quote is 0x92)
+    assert read_html(tmp_path / "b.html", "<p>It’s here.</p>".encode())[1] == [Section("", "It’s here.")]
+    assert read_html(tmp_path / "c.html", b"<p>It\x92s here.</p>")[1] == [Section("", "It’s here.")]
+    # <wbr> marks where a long word may break: the word stays whole
+    page = b'<?xml version="1.0" encoding="utf-8"?><html><body><p>Call <code>current_<wbr>dir</code> first.</p></body></html>'
+    assert read_html(tmp_path / "d.html", page)[1] == [Section("", "Call current_dir first.")]
+
+
+RUSTDOC_PAGE = """<!DOCTYPE html><html><head><meta charset="utf-8"><meta name="generator" content="rustdoc">
+<title>var in std::env - Rust</title></head><body class="rustdoc fn"><nav class="sidebar"><h2><a href="#">var</a></h2>
+<ul><li><a href="#errors">Errors</a></li></ul></nav><main><section id="main-content" class="content"><div class="main-heading">
+<div class="rustdoc-breadcrumbs"><a href="../index.html">std</a>::<wbr><a href="index.html">env</a></div>
+<h1>Function <span class="fn">var</span>&nbsp;<button id="copy-path" title="Copy item path to clipboard">Copy item path</button></h1>
+<span class="sub-heading"><span class="since" title="Stable since Rust version 1.0.0">1.0.0</span> · <a class="src" href="x.html">Source</a> </span>
+</div><pre class="rust item-decl"><code>pub fn var&lt;K: <a class="trait" href="t.html">AsRef</a>&lt;<a class="struct" href="s.html">OsStr</a>&gt;&gt;(key: K)</code></pre>
+<details class="toggle top-doc" open><summary class="hideme"><span>Expand description</span></summary><div class="docblock">
+<p>Fetches the environment variable <code>key</code> from the current process.</p>
+<h2 id="errors"><a class="doc-anchor" href="#errors">§</a>Errors</h2><p>Returns <a href="e.html"><code>VarError::NotPresent</code></a> if it is not set.</p>
+</div></details><h2 id="implementations" class="section-header">Implementations<a href="#implementations" class="anchor">§</a></h2>
+<section id="impl-Rc" class="impl"><a class="src rightside" href="s.html">Source</a><h3 class="code-header">impl&lt;T&gt; <a class="struct" href="r.html">Rc</a>&lt;T&gt;</h3></section>
+<section id="method.new" class="method"><span class="rightside"><span class="since" title="Stable since Rust version 1.0.0">1.0.0</span> · <a class="src" href="s.html">Source</a></span>
+<h4 class="code-header">pub fn <a href="#method.new" class="fn">new</a>(value: T)</h4></section>
+<div class="docblock"><p>Constructs a new Rc. <a href="t.html#tymethod.x">Read more</a></p><div class="example-wrap"><a class="test-arrow" href="p">Run</a></div></div>
+<h2 id="modules" class="section-header">Modules<a href="#modules" class="anchor">§</a></h2><dl class="item-table"><dt><a class="mod" href="consts/index.html">consts</a></dt>
+<dd>Constants associated with the current target</dd></dl>
+<h2 id="blanket-implementations" class="section-header">Blanket Implementations<a href="#blanket" class="anchor">§</a></h2>
+<div id="blanket-implementations-list"><p>Returns the argument unchanged.</p></div></section></main></body></html>"""
+
+
+def test_a_rustdoc_page_is_read_without_its_furniture_and_titled_by_its_item(tmp_path):
+    title, sections = read_html(tmp_path / "fn.var.html", RUSTDOC_PAGE.encode())
+    assert title == "Function std::env::var"
+    assert [(s.heading, s.text) for s in sections] == [
+        ("", "Stable since Rust version 1.0.0\n\n```\npub fn var<K: AsRef<OsStr>>(key: K)\n```\n\n"
+             "Fetches the environment variable key from the current process."),
+        ("Errors", "Returns VarError::NotPresent if it is not set."),
+        ("Implementations › impl<T> Rc<T> › pub fn new(value: T)", "Constructs a new Rc."),
+        ("Modules", "consts: Constants associated with the current target"),
+    ]
+    # the same furniture on a page another generator made is that page's text
+    other = RUSTDOC_PAGE.replace('content="rustdoc"', 'content="mdBook"')
+    assert "Expand description" in read_html(tmp_path / "fn.var.html", other.encode())[1][0].text
 
 
 def test_a_page_that_asks_not_to_be_indexed_or_redirects_is_left_out_with_one_line(tmp_path):

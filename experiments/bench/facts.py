@@ -8,8 +8,10 @@ gets in.
 Per folder and rule set (`index.sentence_rules`) it prints: passages and facts; fragments (facts
 under 3 words), facts that end with ":" (an introduction parted from what it introduces, at a
 passage's end), facts where a pronoun became a long document title ("Page › Section commenced
-...", "… - The Rust Edition Guide’s identical"), and code blocks kept whole. For the HTML pages:
-the share of the main text (`<main>`, else `<article>`, else `<body>`, as BeautifulSoup reads
+...", "… - The Rust Edition Guide’s identical"), code blocks kept whole, and the furniture of API
+pages left in passages (rustdoc's "Expand description", "Copy item path", "Read more", "· Source"
+and "§"). For the HTML pages:
+the share of the main text (`<main>`, else `<article>`, else `<body>`, as lxml reads
 it) whose words the passages and their titles keep, counted word by word, and the furniture lines (runs of 3 or
 more words outside the main text: sidebars, menus, footers) found in a passage of their page.
 """
@@ -22,13 +24,15 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Iterator
 
 from modules.lm.checks import FENCE
-from pipeline.index.documents import SECTION_MARK, read_folder
+from pipeline.index.documents import SECTION_MARK, html_markup, read_folder
 from pipeline.index.extract import SentenceExtractor
 
 ROOT = Path(__file__).resolve().parents[2]
-WORD = re.compile(r"\w+")  # words without their punctuation: readers and BeautifulSoup space "x." differently
+WORD = re.compile(r"\w+")  # words without their punctuation: the readers and this bench space "x." differently
+API_FURNITURE = re.compile(r"Expand description|Copy item path|Read more|· Source\b|§")  # rustdoc's toggles, links and anchors
 EDITION_GUIDE = ROOT.parent / "shared" / "data" / "docs-edition-guide" / "docs"
 
 
@@ -44,16 +48,28 @@ def cargo_book() -> Path | None:
 
 def page_text(path: Path) -> tuple[list[str], list[str]]:
     """An HTML page's main-text words, and its furniture lines (3 words or more outside the main text)."""
-    import bs4
+    import lxml.html
 
-    soup = bs4.BeautifulSoup(path.read_bytes(), "html.parser")
-    for noise in soup.find_all(["script", "style", "noscript", "template", "head"]):
-        noise.decompose()
-    main = soup.find("main") or soup.find("article") or soup.body or soup
-    words = WORD.findall(main.get_text(" "))
-    main.extract()
-    furniture = [" ".join(line.split()) for line in soup.get_text("\n").split("\n") if len(line.split()) >= 3]
+    root = lxml.html.document_fromstring(html_markup(path.read_bytes()))
+    for noise in list(root.iter("script", "style", "noscript", "template", "head")):
+        noise.drop_tree()
+    main = next((found for tag in ("main", "article", "body") if (found := root.find(f".//{tag}")) is not None), root)
+    words = WORD.findall(" ".join(strings(main)))
+    if main is not root:
+        main.drop_tree()
+    furniture = [" ".join(line.split()) for line in "\n".join(strings(root)).split("\n") if len(line.split()) >= 3]
     return words, furniture
+
+
+def strings(element) -> Iterator[str]:
+    """An element's text pieces in document order, without comments."""
+    if element.text:
+        yield element.text
+    for child in element:
+        if isinstance(child.tag, str):
+            yield from strings(child)
+        if child.tail:
+            yield child.tail
 
 
 def measure(folder: Path, rules: int) -> dict:
@@ -66,7 +82,8 @@ def measure(folder: Path, rules: int) -> dict:
                "ending ':'": sum(fact.text.endswith(":") for fact in facts),
                "title as subject": sum(any(fact.text.startswith(f"{title} ›") or fact.text.startswith(f"{title}’s")
                                            for title in title_words if " " in title) for fact in facts),
-               "code blocks": sum(passage.text.count(FENCE) // 2 for passage in passages)}
+               "code blocks": sum(passage.text.count(FENCE) // 2 for passage in passages),
+               "API page furniture": sum(len(API_FURNITURE.findall(f"{passage.title}\n{passage.text}")) for passage in passages)}
     by_file: dict[str, dict[str, None]] = {}  # a page's passage texts, and its titles once each (headings move there)
     for passage in passages:
         by_file.setdefault(passage.source.rsplit("#", 1)[0], {}).update(dict.fromkeys([passage.title, passage.text.replace(FENCE, " ")]))

@@ -243,7 +243,7 @@ def humanised(stem: str) -> str:
 
 BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF8, "utf-8-sig"),
         (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))  # UTF-32 LE's mark begins with UTF-16 LE's
-CONTROL = dict.fromkeys([*range(0x00, 0x09), 0x0B, *range(0x0E, 0x20), 0x7F, *range(0x80, 0xA0), 0xFFFD])
+CONTROL = re.compile("[\x00-\x08\x0b\x0e-\x1f\x7f-\x9f\ufffd]")  # C0 but tab, newlines and form feed; DEL, C1, U+FFFD
 MAX_CONTROL = 0.01  # text has hardly any control characters; binary data, read as text, about one in ten
 
 
@@ -252,7 +252,7 @@ def binary_problem(text: str) -> str | None:
     one character in a hundred a control character (or undecodable)."""
     if "\x00" in text:
         return "binary data, not text (it holds NUL bytes)"
-    control = len(text) - len(text.translate(CONTROL))
+    control = sum(1 for _ in CONTROL.finditer(text))
     if control > MAX_CONTROL * len(text):
         return f"binary data, not text ({control} of its {len(text)} characters are control characters)"
     return None
@@ -380,7 +380,13 @@ HTML_BLOCKS = {"p", "div", "section", "article", "main", "li", "ul", "ol", "dl",
 HTML_CELLS = {"td", "th"}  # a table row is one paragraph, its cells joined by " | " ("Release version | 1.56.0")
 CELL_END = "\ue000"  # marks the end of a cell among a paragraph's words (a private-use character: no text has it)
 LINK_DENSITY = 0.8  # a paragraph with at least this share of its words in links is navigation
-HTML_NOISE = ["head", "title", "script", "style", "noscript", "nav", "header", "footer", "aside", "form", "template", "svg", "button", "iframe"]
+# not "head": lxml puts in it what comes before a page's first body element when the page has no <body> tag
+HTML_NOISE = frozenset({"title", "script", "style", "noscript", "nav", "header", "footer", "aside", "form", "template", "svg",
+                        "button", "iframe"})
+META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([\w.:-]+)""", re.IGNORECASE)
+XML_DECLARATION = re.compile(r"\s*<\?xml[^>]*>")  # lxml refuses text that declares an encoding
+BEFORE_MARK = re.compile(r"\s+([.,;:!?%)\]])")
+CELL_ENDS = re.compile(rf"(?:\s*{CELL_END})+\s*")
 
 
 class NotForIndexing(ValueError):
@@ -390,14 +396,99 @@ class NotForIndexing(ValueError):
     http-equiv="refresh">`, "Redirecting to ..."). Read, they would repeat other pages' passages."""
 
 
-def not_content(soup) -> str | None:
+def not_content(root) -> str | None:
     """Why an HTML page is `NotForIndexing`, or None."""
-    meta = lambda key, value: soup.find("meta", attrs={key: lambda found: found and found.lower() == value})  # noqa: E731
-    if (robots := meta("name", "robots")) and "noindex" in str(robots.get("content", "")).lower():
+    metas = list(root.iter("meta"))
+    robots = next((meta for meta in metas if (meta.get("name") or "").lower() == "robots"), None)
+    if robots is not None and "noindex" in (robots.get("content") or "").lower():
         return "the page asks not to be indexed (robots noindex)"
-    if meta("http-equiv", "refresh"):
+    if any((meta.get("http-equiv") or "").lower() == "refresh" for meta in metas):
         return "the page redirects to another (meta refresh)"
     return None
+
+
+def html_markup(data: bytes) -> str:
+    """An HTML page as text: by a byte-order mark (or UTF-16's NULs), else by the charset a
+    `<meta>` in its first 4 KB declares, else as `decoded` reads any text."""
+    declared = None if encoding_of(data) or b"\x00" in data else META_CHARSET.search(data[:4096])
+    if declared:
+        try:
+            text = data.decode(codecs.lookup(declared.group(1).decode("ascii")).name)
+        except (LookupError, UnicodeDecodeError):
+            pass
+        else:
+            if problem := binary_problem(text):
+                raise ValueError(problem)
+            return XML_DECLARATION.sub("", text, count=1)
+    return XML_DECLARATION.sub("", decoded(data), count=1)
+
+
+def html_strings(element) -> Iterator[str]:
+    """An element's text pieces in document order, without comments and HTML_NOISE elements
+    (the text after one is kept)."""
+    if element.text:
+        yield element.text
+    for child in element:
+        if isinstance(child.tag, str) and child.tag not in HTML_NOISE:
+            yield from html_strings(child)
+        if child.tail:
+            yield child.tail
+
+
+def spaced_text(element) -> str:
+    """An element's text pieces joined by spaces, whitespace closed up (a heading, a title)."""
+    return " ".join(" ".join(html_strings(element)).split())
+
+
+def drop(element) -> None:
+    """Take an element out of its page; the text after it stays a piece of its own."""
+    if element.tail:
+        element.tail = " " + element.tail
+    element.drop_tree()
+
+
+RUSTDOC_FURNITURE = {"doc-anchor", "anchor", "src", "rightside", "hideme", "test-arrow"}  # classes: "§", "Source", "Run", ...
+RUSTDOC_FURNITURE_IDS = {"blanket-implementations", "blanket-implementations-list"}  # `Any`, `From`, `Into`, ...: on every type
+
+
+def rustdoc_title(root) -> str | None:
+    """A rustdoc API page's furniture taken out, and its title: the item's kind and path
+    ("Function std::env::var", from `<title>` "var in std::env - Rust" and `<h1>` "Function
+    var"). Out go heading anchors ("§"), the "Expand description" toggle, "Source", "Run" and
+    "Read more" links, each method's version and the blanket implementations every type repeats;
+    the page's own version reads "Stable since Rust version 1.0.0". Code (a signature, a
+    heading such as `impl<T> Rc<T>`) reads as written, not spaced at each link, and an item
+    table's name leads its description ("env: Inspection and manipulation of ..."). None: the
+    page is not rustdoc's."""
+    if not any((meta.get("name") or "").lower() == "generator" and meta.get("content") == "rustdoc" for meta in root.iter("meta")):
+        return None
+    elements = [element for element in root.iter() if isinstance(element.tag, str)]
+    for element in elements:
+        classes = set((element.get("class") or "").split())
+        if classes & RUSTDOC_FURNITURE or element.get("id") in RUSTDOC_FURNITURE_IDS \
+                or (element.tag == "a" and (element.text or "").strip() == "Read more" and not len(element)):
+            if element.getparent() is not None:
+                drop(element)
+        elif "since" in classes and element.get("title"):
+            element.text, element[:] = element.get("title"), []
+            element.tail = (element.tail or "").replace("·", "", 1)
+        elif element.tag == "code" or "code-header" in classes:
+            element.text, element[:] = "".join(html_strings(element)), []
+    for name in root.iterfind(".//dl[@class='item-table']/dt"):
+        described = name.getnext()
+        if described is not None and described.tag == "dd":
+            described.text = f"{spaced_text(name)}: {described.text or ''}"
+            drop(name)
+    found = root.find(".//title")
+    title = spaced_text(found) if found is not None else ""
+    named = re.fullmatch(r"(.+?) in (.+) - Rust", title)
+    path = f"{named[2]}::{named[1]}" if named else title.removesuffix(" - Rust")
+    heading = root.find(".//div[@class='main-heading']/h1")
+    if heading is None:
+        return path or None
+    kind = " ".join((heading.text or "").split())
+    drop(heading)
+    return f"{kind} {path}".strip()
 
 
 def read_html(path: Path, data: bytes) -> tuple[str, list[Section]]:
@@ -405,17 +496,19 @@ def read_html(path: Path, data: bytes) -> tuple[str, list[Section]]:
     headers and footers, a paragraph per block element and per table row; `<h1>`-`<h6>` start
     sections titled by the headings above them ("Details › Migration"), the page's `<title>` (or
     first `<h1>`) titles it, without the site's name where the `<h1>` is the rest of it
-    ("Rust 2015 - The Rust Edition Guide" with `<h1>` "Rust 2015": "Rust 2015")."""
-    bs4 = _optional("bs4", "HTML")
-    markup = decoded(data) if encoding_of(data) or b"\x00" in data else data  # else bs4 reads a <meta charset>
-    soup = bs4.BeautifulSoup(markup, "html.parser")
-    if problem := binary_problem(soup.get_text()):
-        raise ValueError(problem)
-    if reason := not_content(soup):
+    ("Rust 2015 - The Rust Edition Guide" with `<h1>` "Rust 2015": "Rust 2015"). A word-break
+    hint (`<wbr>`) joins its word; rustdoc's API pages lose their furniture (`rustdoc_title`)."""
+    html = _optional("lxml.html", "HTML", "lxml")
+    markup = html_markup(data)
+    if not markup.strip():
+        return humanised(path.stem), []
+    root = html.document_fromstring(markup)
+    if reason := not_content(root):
         raise NotForIndexing(reason)
-    title = " ".join(soup.title.get_text(" ").split()) if soup.title else ""
-    for noise in soup.find_all(HTML_NOISE):
-        noise.decompose()
+    for hint in list(root.iter("wbr")):  # lxml's parser reads a <wbr> as holding the text after it
+        hint.drop_tag()
+    found = root.find(".//title")
+    title = rustdoc_title(root) or (spaced_text(found) if found is not None else "")
     sections: list[Section] = []
     trail: list[tuple[int, str]] = []  # the headings above the current block, with their levels
     body, words = [], []  # words: (text, inside a link)
@@ -423,8 +516,11 @@ def read_html(path: Path, data: bytes) -> tuple[str, list[Section]]:
     def paragraph() -> None:
         """The words read since the last block as a paragraph, unless nearly all are link text
         (a menu, a table of contents, a list of links: navigation, not content)."""
-        text = re.sub(r"\s+([.,;:!?%)\]])", r"\1", " ".join(" ".join(t for t, _ in words).split()))
-        text = re.sub(rf"(?:\s*{CELL_END})+\s*", " | ", text).strip(" |")  # empty cells and the row's end leave no "|"
+        if all(text.isspace() for text, _ in words):
+            words.clear()
+            return
+        text = BEFORE_MARK.sub(r"\1", " ".join(" ".join(t for t, _ in words).split()))
+        text = CELL_ENDS.sub(" | ", text).strip(" |")  # empty cells and the row's end leave no "|"
         linked = sum(len(t.split()) for t, in_link in words if in_link)
         if text and linked < LINK_DENSITY * len(text.replace(" | ", " ").split()):
             body.append(text)
@@ -432,36 +528,42 @@ def read_html(path: Path, data: bytes) -> tuple[str, list[Section]]:
 
     def walk(node, in_link: bool = False) -> None:
         nonlocal trail, title
-        for child in node.children:
-            if isinstance(child, bs4.NavigableString):
-                if type(child) is bs4.NavigableString:  # not a comment, doctype or CDATA
-                    words.append((str(child), in_link))
-            elif child.name in HTML_HEADINGS:
+        if node.text:
+            words.append((node.text, in_link))
+        for child in node:
+            name = child.tag if isinstance(child.tag, str) else None  # None: a comment or a processing instruction
+            if name is None or name in HTML_NOISE:
+                pass
+            elif name in HTML_HEADINGS:
                 paragraph()
                 if body:
                     sections.append(Section(SECTION_MARK.join(text for _, text in trail), "\n\n".join(body)))
                     body.clear()
-                text, level = " ".join(child.get_text(" ").split()), int(child.name[1])
+                text, level = spaced_text(child), int(name[1])
                 if level == 1 and (not title or without_site(title, text)):
                     title = text
                 elif text and not (level == 1 and text == title):
                     trail = [(above, heading) for above, heading in trail if above < level] + [(level, text)]
-            elif child.name == "pre":  # a code block: its lines kept, fenced
+            elif name == "pre":  # a code block: its lines kept, fenced
                 paragraph()
-                lines = [line.rstrip() for line in child.get_text().split("\n") if line.strip()]
+                lines = [line.rstrip() for line in "".join(html_strings(child)).split("\n") if line.strip()]
                 if lines:
                     body.append("\n".join([FENCE, *lines, FENCE]))
-            elif child.name in HTML_BLOCKS:
+            elif name in HTML_BLOCKS:
                 paragraph()
                 walk(child, in_link)
                 paragraph()
-            elif child.name in HTML_CELLS:
+            elif name in HTML_CELLS:
                 walk(child, in_link)
                 words.append((CELL_END, False))
             else:
-                walk(child, in_link or child.name == "a")
+                walk(child, in_link or name == "a")
+            if child.tail:
+                words.append((child.tail, in_link))
 
-    walk(soup.find("main") or soup.find("article") or soup.body or soup)
+    outside = lambda element: not any(isinstance(above.tag, str) and above.tag in HTML_NOISE for above in element.iterancestors())  # noqa: E731
+    start = next((element for tag in ("main", "article") for element in root.iter(tag) if outside(element)), None)
+    walk(start if start is not None else root.find("body") if root.find("body") is not None else root)
     paragraph()
     if body:
         sections.append(Section(SECTION_MARK.join(text for _, text in trail), "\n\n".join(body)))
@@ -553,11 +655,11 @@ READERS: dict[str, Callable[[Path, bytes], tuple[str, list[Section]]]] = {
 CORPUS_SUFFIXES = (".json", ".jsonl")
 
 
-def _optional(module: str, kind: str):
+def _optional(module: str, kind: str, package: str | None = None):
     try:
         return importlib.import_module(module)
     except ImportError:
-        raise MissingExtra(f"reading {kind} files needs the {module} package: {DOCS_HINT}") from None
+        raise MissingExtra(f"reading {kind} files needs the {package or module} package: {DOCS_HINT}") from None
 
 
 def read_document(path: Path, relative: str, reading: Reading = Reading()) -> Document:
