@@ -171,6 +171,13 @@ def test_the_compile_record_says_whether_the_grade_was_held_out(tmp_path):
         assert compiled_program(run, [run])[0] == (
             f"Program: `{program}`, compiled by `hyperprove compile` (decompose with mipro, 20 training examples, 300 LM calls, "
             f"commit 0123456789); its grade on 20 {words} went from 37.55 to 48.35.")
+    # a pool of examples: gold steps, or the program's own calls on the training questions it answered right
+    pool = {"target": "steps", "optimizer": "similar", "pooled": {"answer_hop.answer": 5}, "per_call": 3, "choose": "question",
+            "lm_calls": 0, "git_commit": "0123456789abcdef", "program_sha256": "abc"}
+    for extra, source in (({}, "of gold steps"), ({"target": "program", "traced": {"questions": 9, "counted": 4, "threshold": 0.5}},
+                                                  "from the program's own calls on the 4 of 9 training questions it answered right")):
+        (tmp_path / "p.record.json").write_text(json.dumps({**pool, **extra}))
+        assert f"with similar, 5 answer_hop.answer examples {source}, the 3 nearest" in compiled_program(run, [run])[0]
 
 
 def test_a_compiled_run_is_compared_question_by_question_when_predictions_are_there(tmp_path):

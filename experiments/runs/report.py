@@ -278,7 +278,10 @@ def compiled_program(run: dict, runs: Sequence[dict] = ()) -> list[str]:
     grades = (f"; its grade on {made['val_examples']} {held_out} went from {made['val_before']:.2f} to "
               f"{made['val_after']:.2f}") if made.get("val_examples") else ""
     pooled = made.get("pooled", {})
-    examples = (f"{' and '.join(f'{n} {name} examples' for name, n in pooled.items())} of gold steps, "
+    traced = made.get("traced")
+    source = (f"from the program's own calls on the {traced['counted']} of {traced['questions']} training questions it answered right"
+              if traced else "of gold steps")
+    examples = (f"{' and '.join(f'{n} {name} examples' for name, n in pooled.items())} {source}, "
                 + CHOOSE[made.get("choose", "call")].format(n=made["per_call"]) if pooled else f"{made['train_examples']} training examples")
     return [f"Program: `{compiled}`{same}, compiled by `hyperprove compile` ({made['target']} with {made['optimizer']}, "
             f"{examples}, {made['lm_calls']} LM calls, "
