@@ -57,7 +57,7 @@ def index_corpus(corpus: str | Path, out: str | Path, config, runtime=None, log:
 def corpus_passages(corpus: str | Path, reading: Reading, log: Callable[[str], None] = print) -> tuple[list[Passage], FolderCorpus | None]:
     """A corpus file's passages, or a folder's documents read as passages (`read_folder`, its
     summary logged), with what the folder read took (None for a file)."""
-    folder = read_folder(corpus, reading, log) if Path(corpus).is_dir() else None
+    folder = read_folder(corpus, reading, log, progress=True) if Path(corpus).is_dir() else None
     if folder:
         log(folder.summary())
     return (folder.passages if folder else load_corpus(corpus)), folder
@@ -171,7 +171,7 @@ def folder_update(index: HypergraphIndex, folder: str | Path, log: Callable[[str
     reading = Reading.recorded(documents) if documents else \
         Reading(built.get("passage_words", 120), built.get("passage_overlap", 20))
     prefix = folder_prefix(documents, folder)
-    read = read_folder(folder, reading, log, prefix=prefix)
+    read = read_folder(folder, reading, log, prefix=prefix, progress=True)
     known = documents["files"] if documents else {}
     changed = {key for key, digest in read.files.items() if known.get(key) != digest}
     missing = sorted(key for key in known if key.startswith(prefix) and key not in read.files)

@@ -757,11 +757,11 @@ def document_files(folder: Path, follow_links: bool = False, log: Callable[[str]
 
 
 def read_folder(folder: str | Path, reading: Reading = Reading(), log: Callable[[str], None] = print,
-                prefix: str = "", leave_out: Collection[str] = ()) -> FolderCorpus:
+                prefix: str = "", leave_out: Collection[str] = (), progress: bool = False) -> FolderCorpus:
     """Every document under `folder` as passages, its path `prefix` + its path in `folder`, but
     for those `leave_out` names. A file that cannot be read, is empty or is over a budget is
     reported (one line) and skipped; a passage that repeats an earlier one word for word is kept
-    once."""
+    once. `progress`: a bar of the files read, with the passages so far, the rate and the time left."""
     root = Path(folder)
     if not root.is_dir():
         raise HyperProveError(f"{root}: not a folder")
@@ -772,7 +772,13 @@ def read_folder(folder: str | Path, reading: Reading = Reading(), log: Callable[
         corpus.skipped.append(line)
         log(line)
 
-    for path, relative in document_files(root, reading.follow_links, left_out):
+    from tqdm import tqdm
+
+    files = list(document_files(root, reading.follow_links, left_out))
+    bar = tqdm(total=len(files), desc="read files", unit="file", disable=not progress, mininterval=1.0)
+    for path, relative in files:
+        bar.set_postfix_str(f"{len(corpus.passages)} passages", refresh=False)
+        bar.update()
         relative = prefix + relative
         if relative in leave_out:
             continue
@@ -797,6 +803,8 @@ def read_folder(folder: str | Path, reading: Reading = Reading(), log: Callable[
                 continue
             problem = "every passage repeats an earlier file's" if every else "no text"
         left_out(f"{shown(str(path))}: skipped: {problem}")
+    bar.set_postfix_str(f"{len(corpus.passages)} passages")
+    bar.close()
     if not corpus.passages:
         raise HyperProveError(f"{root}: no document with text in it" + (f" ({len(corpus.skipped)} skipped)" if corpus.skipped else ""))
     return corpus
