@@ -51,7 +51,7 @@ def page_text(path: Path) -> tuple[list[str], list[str]]:
     import lxml.html
 
     root = lxml.html.document_fromstring(html_markup(path.read_bytes()))
-    for noise in list(root.iter("script", "style", "noscript", "template", "head")):
+    for noise in list(root.iter("script", "style", "noscript", "template", "title")):  # not <head>: lxml may put a page without <body> in it
         noise.drop_tree()
     main = next((found for tag in ("main", "article", "body") if (found := root.find(f".//{tag}")) is not None), root)
     words = WORD.findall(" ".join(strings(main)))
