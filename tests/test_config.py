@@ -67,7 +67,7 @@ def test_every_shipped_experiment_config_loads_and_names_its_own_results_folder(
         assert config.evaluation.decomposition == ("lm" if lm_run else "gold")
         assert config.program.compiled is None or config.program.compiled in compiled
         kinds.append("evaluate")
-    assert sorted(kinds) == ["compile"] * 17 + ["evaluate"] * 125 + ["sweep"] * 4
+    assert sorted(kinds) == ["compile"] * 17 + ["evaluate"] * 126 + ["sweep"] * 4
 
 
 def test_each_config_with_a_committed_run_reruns_the_settings_that_run_recorded():
