@@ -418,6 +418,12 @@ def test_a_rustdoc_page_is_read_without_its_furniture_and_titled_by_its_item(tmp
         ("Implementations › impl<T> Rc<T> › pub fn new(value: T)", "Constructs a new Rc."),
         ("Modules", "consts: Constants associated with the current target"),
     ]
+    # a source page: its path titles it, its line numbers go, its code stays as written
+    source = (b'<html><head><meta name="generator" content="rustdoc"><title>env.rs - source</title></head><body class="rustdoc src">'
+              b'<main><div class="main-heading"><h1><div class="sub-heading">std/</div>env.rs</h1></div><div class="example-wrap">'
+              b'<pre class="rust"><code><a href=#1 id=1 data-nosnippet>1</a><span class="kw">use </span>x;\n'
+              b'<a href=#2 id=2 data-nosnippet>2</a>fn f() {}</code></pre></div></main></body></html>')
+    assert read_html(tmp_path / "env.rs.html", source) == ("Source std/env.rs", [Section("", "```\nuse x;\nfn f() {}\n```")])
     # the same furniture on a page another generator made is that page's text
     other = RUSTDOC_PAGE.replace('content="rustdoc"', 'content="mdBook"')
     assert "Expand description" in read_html(tmp_path / "fn.var.html", other.encode())[1][0].text

@@ -441,35 +441,41 @@ def spaced_text(element) -> str:
 
 
 def drop(element) -> None:
-    """Take an element out of its page; the text after it stays a piece of its own."""
-    if element.tail:
+    """Take an element out of its page; the text after it stays a word of its own (in a code
+    block, where every character counts, it joins the text before it)."""
+    if element.tail and not any(above.tag == "pre" for above in element.iterancestors()):
         element.tail = " " + element.tail
     element.drop_tree()
 
 
-RUSTDOC_FURNITURE = {"doc-anchor", "anchor", "src", "rightside", "hideme", "test-arrow"}  # classes: "§", "Source", "Run", ...
+# class -> the tag it is furniture on ("§", "Source", "Run", "Expand description", versions; None: any): a rustdoc
+# source page's <body> has the class "src" too
+RUSTDOC_FURNITURE = {"doc-anchor": "a", "anchor": "a", "src": "a", "test-arrow": "a", "hideme": "summary", "rightside": None}
 RUSTDOC_FURNITURE_IDS = {"blanket-implementations", "blanket-implementations-list"}  # `Any`, `From`, `Into`, ...: on every type
 
 
 def rustdoc_title(root) -> str | None:
     """A rustdoc API page's furniture taken out, and its title: the item's kind and path
     ("Function std::env::var", from `<title>` "var in std::env - Rust" and `<h1>` "Function
-    var"). Out go heading anchors ("§"), the "Expand description" toggle, "Source", "Run" and
-    "Read more" links, each method's version and the blanket implementations every type repeats;
+    var"; a source page: "Source std/env.rs"). Out go heading anchors ("§"), the "Expand description" toggle, "Source", "Run" and
+    "Read more" links, a source page's line numbers, each method's version and the blanket
+    implementations every type repeats;
     the page's own version reads "Stable since Rust version 1.0.0". Code (a signature, a
     heading such as `impl<T> Rc<T>`) reads as written, not spaced at each link, and an item
     table's name leads its description ("env: Inspection and manipulation of ..."). None: the
     page is not rustdoc's."""
     if not any((meta.get("name") or "").lower() == "generator" and meta.get("content") == "rustdoc" for meta in root.iter("meta")):
         return None
-    elements = [element for element in root.iter() if isinstance(element.tag, str)]
-    for element in elements:
+    for element in [element for element in root.iter() if isinstance(element.tag, str)]:
         classes = set((element.get("class") or "").split())
-        if classes & RUSTDOC_FURNITURE or element.get("id") in RUSTDOC_FURNITURE_IDS \
-                or (element.tag == "a" and (element.text or "").strip() == "Read more" and not len(element)):
+        furniture = any(RUSTDOC_FURNITURE.get(name, element.tag) in (None, element.tag) for name in classes & RUSTDOC_FURNITURE.keys())
+        if furniture or element.get("id") in RUSTDOC_FURNITURE_IDS or (element.tag == "a" and (
+                "data-nosnippet" in element.attrib or (element.text or "").strip() == "Read more" and not len(element))):
             if element.getparent() is not None:
                 drop(element)
-        elif "since" in classes and element.get("title"):
+    for element in [element for element in root.iter() if isinstance(element.tag, str)]:  # what is left, furniture gone
+        classes = set((element.get("class") or "").split())
+        if "since" in classes and element.get("title"):
             element.text, element[:] = element.get("title"), []
             element.tail = (element.tail or "").replace("·", "", 1)
         elif element.tag == "code" or "code-header" in classes:
@@ -486,9 +492,9 @@ def rustdoc_title(root) -> str | None:
     heading = root.find(".//div[@class='main-heading']/h1")
     if heading is None:
         return path or None
-    kind = " ".join((heading.text or "").split())
+    kind, file = " ".join((heading.text or "").split()), "".join("".join(html_strings(heading)).split())
     drop(heading)
-    return f"{kind} {path}".strip()
+    return f"Source {file}" if title.endswith(" - source") else f"{kind} {path}".strip()
 
 
 def read_html(path: Path, data: bytes) -> tuple[str, list[Section]]:
