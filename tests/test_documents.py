@@ -398,10 +398,13 @@ RUSTDOC_PAGE = """<!DOCTYPE html><html><head><meta charset="utf-8"><meta name="g
 <p>Fetches the environment variable <code>key</code> from the current process.</p>
 <h2 id="errors"><a class="doc-anchor" href="#errors">§</a>Errors</h2><p>Returns <a href="e.html"><code>VarError::NotPresent</code></a> if it is not set.</p>
 </div></details><h2 id="implementations" class="section-header">Implementations<a href="#implementations" class="anchor">§</a></h2>
-<section id="impl-Rc" class="impl"><a class="src rightside" href="s.html">Source</a><h3 class="code-header">impl&lt;T&gt; <a class="struct" href="r.html">Rc</a>&lt;T&gt;</h3></section>
-<section id="method.new" class="method"><span class="rightside"><span class="since" title="Stable since Rust version 1.0.0">1.0.0</span> · <a class="src" href="s.html">Source</a></span>
-<h4 class="code-header">pub fn <a href="#method.new" class="fn">new</a>(value: T)</h4></section>
-<div class="docblock"><p>Constructs a new Rc. <a href="t.html#tymethod.x">Read more</a></p><div class="example-wrap"><a class="test-arrow" href="p">Run</a></div></div>
+<details class="toggle implementors-toggle" open><summary><section id="impl-Rc" class="impl"><a class="src rightside" href="s.html">Source</a>
+<h3 class="code-header">impl&lt;T&gt; <a class="struct" href="r.html">Rc</a>&lt;T&gt;</h3></section></summary><div class="impl-items">
+<details class="toggle method-toggle" open><summary><section id="method.new" class="method"><span class="rightside">
+<span class="since" title="Stable since Rust version 1.0.0">1.0.0</span> · <a class="src" href="s.html">Source</a></span>
+<h4 class="code-header">pub fn <a href="#method.new" class="fn">new</a>(value: T)</h4></section></summary>
+<div class="docblock"><p>Constructs a new Rc. <a href="t.html#tymethod.x">Read more</a></p><div class="example-wrap"><a class="test-arrow" href="p">Run</a></div></div></details>
+<section id="associatedtype.Output" class="associatedtype"><h4 class="code-header">type Output = <a href="r.html">Rc</a>&lt;T&gt;</h4></section></div></details>
 <h2 id="modules" class="section-header">Modules<a href="#modules" class="anchor">§</a></h2><dl class="item-table"><dt><a class="mod" href="consts/index.html">consts</a></dt>
 <dd>Constants associated with the current target</dd></dl>
 <h2 id="blanket-implementations" class="section-header">Blanket Implementations<a href="#blanket" class="anchor">§</a></h2>
@@ -416,6 +419,7 @@ def test_a_rustdoc_page_is_read_without_its_furniture_and_titled_by_its_item(tmp
              "Fetches the environment variable key from the current process."),
         ("Errors", "Returns VarError::NotPresent if it is not set."),
         ("Implementations › impl<T> Rc<T> › pub fn new(value: T)", "Constructs a new Rc."),
+        ("Implementations › impl<T> Rc<T> › type Output = Rc<T>", "type Output = Rc<T>"),  # no text under it: its heading is its line
         ("Modules", "consts: Constants associated with the current target"),
     ]
     # a source page: its path titles it, its line numbers go, its code stays as written

@@ -462,8 +462,9 @@ def rustdoc_title(root) -> str | None:
     implementations every type repeats;
     the page's own version reads "Stable since Rust version 1.0.0". Code (a signature, a
     heading such as `impl<T> Rc<T>`) reads as written, not spaced at each link, and an item
-    table's name leads its description ("env: Inspection and manipulation of ..."). None: the
-    page is not rustdoc's."""
+    table's name leads its description ("env: Inspection and manipulation of ..."), and an item
+    with no text under it (an implementor, `type Output = Instant`) keeps its heading as its line.
+    None: the page is not rustdoc's."""
     if not any((meta.get("name") or "").lower() == "generator" and meta.get("content") == "rustdoc" for meta in root.iter("meta")):
         return None
     for element in [element for element in root.iter() if isinstance(element.tag, str)]:
@@ -480,6 +481,11 @@ def rustdoc_title(root) -> str | None:
             element.tail = (element.tail or "").replace("·", "", 1)
         elif element.tag == "code" or "code-header" in classes:
             element.text, element[:] = "".join(html_strings(element)), []
+            above = element.getparent()
+            if "code-header" in classes and above is not None and above.getparent() is not None and above.getparent().tag != "summary":
+                line = element.makeelement("p", {})  # an item with no text under it (`type Output = Instant`): its heading is its line
+                line.text = element.text
+                element.addnext(line)
     for name in root.iterfind(".//dl[@class='item-table']/dt"):
         described = name.getnext()
         if described is not None and described.tag == "dd":
