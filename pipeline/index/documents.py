@@ -455,16 +455,15 @@ RUSTDOC_FURNITURE_IDS = {"blanket-implementations", "blanket-implementations-lis
 
 
 def rustdoc_title(root) -> str | None:
-    """A rustdoc API page's furniture taken out, and its title: the item's kind and path
+    """A rustdoc page's furniture taken out, and its title: an API page's item kind and path
     ("Function std::env::var", from `<title>` "var in std::env - Rust" and `<h1>` "Function
-    var"; a source page: "Source std/env.rs"). Out go heading anchors ("§"), the "Expand description" toggle, "Source", "Run" and
-    "Read more" links, a source page's line numbers, each method's version and the blanket
-    implementations every type repeats;
-    the page's own version reads "Stable since Rust version 1.0.0". Code (a signature, a
-    heading such as `impl<T> Rc<T>`) reads as written, not spaced at each link, and an item
-    table's name leads its description ("env: Inspection and manipulation of ..."), and an item
-    with no text under it (an implementor, `type Output = Instant`) keeps its heading as its line.
-    None: the page is not rustdoc's."""
+    var"), a source page's path ("Source std/env.rs"). Out go heading anchors ("§"), the "Expand
+    description" toggle, "Source", "Run" and "Read more" links, a source page's line numbers,
+    each method's version and the blanket implementations every type repeats; the page's own
+    version reads "Stable since Rust version 1.0.0". Code (a signature, a heading such as
+    `impl<T> Rc<T>`) reads as written, not spaced at each link; an item table's name leads its
+    description ("env: Inspection and manipulation of ..."); an item with no text under it (an
+    implementor, `type Output = Instant`) keeps its heading as its line. None: not rustdoc's page."""
     if not any((meta.get("name") or "").lower() == "generator" and meta.get("content") == "rustdoc" for meta in root.iter("meta")):
         return None
     for element in [element for element in root.iter() if isinstance(element.tag, str)]:
