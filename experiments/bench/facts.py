@@ -24,10 +24,9 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Iterator
 
 from modules.lm.checks import FENCE
-from pipeline.index.documents import SECTION_MARK, html_markup, read_folder
+from pipeline.index.documents import SECTION_MARK, html_markup, html_strings, read_folder
 from pipeline.index.extract import SentenceExtractor
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,22 +53,11 @@ def page_text(path: Path) -> tuple[list[str], list[str]]:
     for noise in list(root.iter("script", "style", "noscript", "template", "title")):  # not <head>: lxml may put a page without <body> in it
         noise.drop_tree()
     main = next((found for tag in ("main", "article", "body") if (found := root.find(f".//{tag}")) is not None), root)
-    words = WORD.findall(" ".join(strings(main)))
+    words = WORD.findall(" ".join(html_strings(main, leave_out=())))
     if main is not root:
         main.drop_tree()
-    furniture = [" ".join(line.split()) for line in "\n".join(strings(root)).split("\n") if len(line.split()) >= 3]
+    furniture = [" ".join(line.split()) for line in "\n".join(html_strings(root, leave_out=())).split("\n") if len(line.split()) >= 3]
     return words, furniture
-
-
-def strings(element) -> Iterator[str]:
-    """An element's text pieces in document order, without comments."""
-    if element.text:
-        yield element.text
-    for child in element:
-        if isinstance(child.tag, str):
-            yield from strings(child)
-        if child.tail:
-            yield child.tail
 
 
 def measure(folder: Path, rules: int) -> dict:

@@ -423,14 +423,14 @@ def html_markup(data: bytes) -> str:
     return XML_DECLARATION.sub("", decoded(data), count=1)
 
 
-def html_strings(element) -> Iterator[str]:
-    """An element's text pieces in document order, without comments and HTML_NOISE elements
-    (the text after one is kept)."""
+def html_strings(element, leave_out: Collection[str] = HTML_NOISE) -> Iterator[str]:
+    """An element's text pieces in document order, without comments and the `leave_out`
+    elements (the text after one is kept)."""
     if element.text:
         yield element.text
     for child in element:
-        if isinstance(child.tag, str) and child.tag not in HTML_NOISE:
-            yield from html_strings(child)
+        if isinstance(child.tag, str) and child.tag not in leave_out:
+            yield from html_strings(child, leave_out)
         if child.tail:
             yield child.tail
 
@@ -454,8 +454,8 @@ RUSTDOC_FURNITURE = {"doc-anchor": "a", "anchor": "a", "src": "a", "test-arrow":
 RUSTDOC_FURNITURE_IDS = {"blanket-implementations", "blanket-implementations-list"}  # `Any`, `From`, `Into`, ...: on every type
 
 
-def rustdoc_title(root) -> str | None:
-    """A rustdoc page's furniture taken out, and its title: an API page's item kind and path
+def rustdoc_title(root, title: str) -> str | None:
+    """A rustdoc page's furniture taken out, and its title (`title`: its `<title>`'s text): an API page's item kind and path
     ("Function std::env::var", from `<title>` "var in std::env - Rust" and `<h1>` "Function
     var"), a source page's path ("Source std/env.rs"). Out go heading anchors ("§"), the "Expand
     description" toggle, "Source", "Run" and "Read more" links, a source page's line numbers,
@@ -490,8 +490,6 @@ def rustdoc_title(root) -> str | None:
         if described is not None and described.tag == "dd":
             described.text = f"{spaced_text(name)}: {described.text or ''}"
             drop(name)
-    found = root.find(".//title")
-    title = spaced_text(found) if found is not None else ""
     named = re.fullmatch(r"(.+?) in (.+) - Rust", title)
     path = f"{named[2]}::{named[1]}" if named else title.removesuffix(" - Rust")
     heading = root.find(".//div[@class='main-heading']/h1")
@@ -519,7 +517,8 @@ def read_html(path: Path, data: bytes) -> tuple[str, list[Section]]:
     for hint in list(root.iter("wbr")):  # lxml's parser reads a <wbr> as holding the text after it
         hint.drop_tag()
     found = root.find(".//title")
-    title = rustdoc_title(root) or (spaced_text(found) if found is not None else "")
+    title = spaced_text(found) if found is not None else ""
+    title = rustdoc_title(root, title) or title
     sections: list[Section] = []
     trail: list[tuple[int, str]] = []  # the headings above the current block, with their levels
     body, words = [], []  # words: (text, inside a link)
@@ -574,7 +573,8 @@ def read_html(path: Path, data: bytes) -> tuple[str, list[Section]]:
 
     outside = lambda element: not any(isinstance(above.tag, str) and above.tag in HTML_NOISE for above in element.iterancestors())  # noqa: E731
     start = next((element for tag in ("main", "article") for element in root.iter(tag) if outside(element)), None)
-    walk(start if start is not None else root.find("body") if root.find("body") is not None else root)
+    start = start if start is not None else next(root.iter("body"), root)
+    walk(start)
     paragraph()
     if body:
         sections.append(Section(SECTION_MARK.join(text for _, text in trail), "\n\n".join(body)))
