@@ -20,6 +20,7 @@ _WHERE = {  # name -> the module that defines it
     "Runtime": "pipeline.runtime",
     "load_corpus": "pipeline.index.corpus",
     "read_folder": "pipeline.index.documents",
+    "index_corpus": "pipeline.index.commands",
     "build_index": "pipeline.index.build",
     "save_index": "pipeline.index.store",
     "load_index": "pipeline.index.store",

@@ -272,6 +272,8 @@ def build_parser() -> argparse.ArgumentParser:
     config_flag(index, "--follow-links", "index.follow_links", "a folder: read the files and folders its links point to, "
                 "wherever they are (a link back into a folder being read is a loop, skipped)")
     config_flag(index, "--max-file-mb", "index.max_file_mb", "a folder: skip a file larger than this, with one line")
+    config_flag(index, "--batch-files", "index.batch_files", "a folder: files read, extracted and embedded at a time, each batch "
+                "checkpointed in OUT.building/ (a build run again resumes at the first unfinished batch)")
     config_flag(index, "--max-pdf-pages", "index.max_pdf_pages", "a folder: skip a PDF of more pages than this")
     config_flag(index, "--max-pdf-text-mb", "index.max_pdf_text_mb", "a folder: skip a PDF whose pages hold more MB of content to read")
     _add_cluster_flags(index, "LM extraction (lm, lm-entities)")

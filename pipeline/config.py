@@ -203,6 +203,9 @@ class IndexConfig:
     synonym_neighbors: int = Field(10, ge=1, le=1000)  # nearest names examined per entity for synonyms
     exact_search_max: int = Field(50_000, ge=1, le=10**9)  # above this many vectors FAISS search is IVF, not exact
     batch_size: int = Field(64, ge=1, le=4096)  # embedder batch size
+    # a folder is read, extracted and embedded this many files at a time, each batch checkpointed
+    # as it finishes (memory holds one batch; a killed build resumes at its first unfinished one)
+    batch_files: int = Field(256, ge=1, le=10**6)
     # a folder of documents: passages of at most this many words (the benchmarks' passages are
     # 44-80 words at the median, few over 120), and the words repeated where a paragraph is cut
     passage_words: int = Field(120, ge=10, le=10_000)
@@ -217,7 +220,7 @@ class IndexConfig:
     # a code block whole, "For example:" with what it introduces, no fact under 3 words, "It’s" kept
     sentence_rules: int = Field(2, ge=1, le=2)
 
-    # The fields that shape the index (batch_size only paces the embedder): what the index cache is
+    # The fields that shape the index (batch_size and batch_files only pace the work): what the index cache is
     # keyed on, and what an index loaded for a run must have been built with.
     SHAPING = ("extractor", "embedder", "eta", "synonym_neighbors", "exact_search_max", "sentence_rules")
 

@@ -7,6 +7,7 @@ talking to scripted OpenAI-compatible endpoints on loopback ports, which count w
 """
 
 import json
+import shutil
 import sys
 
 import dspy
@@ -162,6 +163,26 @@ def test_index_on_ray_gives_the_index_one_process_builds_and_resumes_from_the_ex
         assert len(endpoint.requests) == 2 * asked and again["extractor"]["cached"] == len(CORPUS)
     finally:
         endpoint.server.shutdown()
+
+
+def test_a_folder_indexed_on_ray_is_the_index_one_process_builds_and_resumes_from_its_checkpoints(cluster, tmp_path, capsys, monkeypatch):
+    from pipeline.index.ingest import building_folder
+    from tests.test_ingest import manifest_files, write_docs
+
+    write_docs(tmp_path / "docs")
+    flags = ["--embedder", "test-hash", "--eta", "0.7", "--batch-files", "2", "--json"]
+    assert run(capsys, "index", tmp_path / "docs", "--out", tmp_path / "local", *flags, runtime=scripted_runtime)[0] == 0
+    monkeypatch.setattr("pipeline.index.commands.finish", lambda out: None)  # the checkpoints stay
+    code, out, err = run(capsys, "index", tmp_path / "docs", "--out", tmp_path / "ray", *flags, "--ray", "local", "--ray-workers", "2",
+                         runtime=scripted_runtime)
+    assert code == 0, err
+    assert "--ray: 4 batches over 2 workers" in out and manifest_files(tmp_path / "ray") == manifest_files(tmp_path / "local")
+    # two checkpoints gone: the next run on Ray does those two only
+    for part in sorted(building_folder(tmp_path / "ray").iterdir())[1:3]:
+        shutil.rmtree(part)
+    code, out, err = run(capsys, "index", tmp_path / "docs", "--out", tmp_path / "ray", *flags, "--ray", "local", runtime=scripted_runtime)
+    assert code == 0 and "resuming: 2 of 4 batches" in out and "--ray: 2 batches over" in out
+    assert manifest_files(tmp_path / "ray") == manifest_files(tmp_path / "local")
 
 
 def test_a_ray_worker_killed_mid_batch_is_restarted_and_its_batch_asked_again(cluster, endpoints, tmp_path, capsys):

@@ -253,18 +253,31 @@ def assemble_index(
 
 
 def build_index(passages: list[Passage], config: IndexConfig, embedder, progress: bool = True, extractor: Extractor | None = None) -> HypergraphIndex:
-    """Extract facts, give entities global ids, embed facts/entities/passages, assemble.
+    """Extract facts, embed facts and passages, then `index_of`.
 
     `extractor` is needed for the `lm` extractor (it carries the LM); `sentences` is made here.
     """
+    extractor = checked_extractor(config, extractor)
+    facts: list[Fact] = [fact for per_passage in extractor.extract(passages, progress=progress) for fact in per_passage]
+    return index_of(passages, facts, embedded(facts, passages, passages, embedder, progress), config, embedder, extractor, progress)
+
+
+def checked_extractor(config: IndexConfig, extractor: Extractor | None) -> Extractor:
+    """`extractor`, or the one the config names when it asks no LM; it must be the config's."""
     extractor = extractor or make_extractor(config.extractor, rules=config.sentence_rules)
     if extractor.name != config.extractor:
         raise HyperProveError(f"index config names extractor {config.extractor!r} but {extractor.name!r} was given")
-    facts: list[Fact] = [fact for per_passage in extractor.extract(passages, progress=progress) for fact in per_passage]
+    return extractor
+
+
+def index_of(passages: list[Passage], facts: list[Fact], vectors: dict[str, np.ndarray], config: IndexConfig, embedder,
+             extractor: Extractor, progress: bool = True) -> HypergraphIndex:
+    """The index of extracted, embedded facts (`vectors`: "fact" and "passage"): entities get
+    global ids in the order facts name them, their names are embedded, then `assemble_index`."""
     entity_names: list[str] = []
     key_to_id: dict[str, int] = {}
     fact_entities, entity_order, surfaces = entity_incidence(facts, key_to_id, entity_names)
-    vectors = embed_new(facts, entity_names, passages, passages, embedder, progress)
+    vectors = {**vectors, "entity": embedder.encode(entity_names, progress="embed entities" if progress else None)}
     checksum = corpus_checksum(passages)
     info = {
         "extractor": extractor.report(),
@@ -325,12 +338,16 @@ def listed_incidence(rows: np.ndarray, cols: np.ndarray, places: np.ndarray, sha
     return matrix, order
 
 
+def embedded(facts: Sequence[Fact], passages: Sequence[Passage], corpus: Sequence[Passage], embedder, progress: bool) -> dict[str, np.ndarray]:
+    """The vectors of facts (each with its passage's subject, from `corpus`) and of passages."""
+    return {
+        "fact": embedder.encode([fact_embedding_text(f, corpus[f.passage]) for f in facts], progress="embed facts" if progress else None),
+        "passage": embedder.encode([p.titled_text for p in passages], progress="embed passages" if progress else None),
+    }
+
+
 def embed_new(facts: Sequence[Fact], names: Sequence[str], passages: Sequence[Passage], corpus: Sequence[Passage], embedder,
               progress: bool) -> dict[str, np.ndarray]:
-    """The vectors of new facts (with their passage's subject, from `corpus`), names and passages."""
-    label = (lambda name: name) if progress else (lambda name: None)
-    return {
-        "fact": embedder.encode([fact_embedding_text(f, corpus[f.passage]) for f in facts], progress=label("embed facts")),
-        "entity": embedder.encode(list(names), progress=label("embed entities")),
-        "passage": embedder.encode([p.titled_text for p in passages], progress=label("embed passages")),
-    }
+    """`embedded`, and the vectors of new entity names."""
+    return {**embedded(facts, passages, corpus, embedder, progress),
+            "entity": embedder.encode(list(names), progress="embed entities" if progress else None)}

@@ -6,6 +6,7 @@ place, so two commands on one index change it one after the other.
 
 from __future__ import annotations
 
+import resource
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,34 +25,46 @@ from pipeline.index.changes import grow_index, shrink_index
 from pipeline.index.corpus import check_text, load_corpus, read_json_list
 from pipeline.index.documents import FolderCorpus, Reading, file_of, read_folder, shown
 from pipeline.index.extract import LM_EXTRACTORS, describe_extraction, extractor_for
+from pipeline.index.ingest import finish, ingest_folder, ray_workers
 from pipeline.index.store import check_index_target, load_index, save_index
 from pipeline.runtime import Runtime
 
 
 def index_corpus(corpus: str | Path, out: str | Path, config, runtime=None, log: Callable[[str], None] = print,
                  make_runtime: Callable | None = None) -> dict:
-    """`hyperprove index`: build the index of a corpus file under a `HyperProveConfig` and save it
-    to `out`, which is checked first (an earlier index may be replaced, nothing else). With
-    `cluster.ray`, LM extraction runs on Ray workers, each with `make_runtime(config)`."""
+    """`hyperprove index`: build the index of a corpus file, or of a folder's documents (in
+    checkpointed batches, `ingest_folder`: a killed build run again resumes), under a
+    `HyperProveConfig` and save it to `out`, which is checked first (an earlier index may be
+    replaced, nothing else). With `cluster.ray`, LM extraction runs on Ray workers, each with
+    `make_runtime(config)`; with an extractor that asks no LM, a folder's batches do."""
 
     check_index_target(out)
     reading = Reading.of(config.index)
-    passages, folder = corpus_passages(corpus, reading, log)
+    is_folder = Path(corpus).is_dir()
+    passages = None if is_folder else load_corpus(corpus)
     runtime = runtime or Runtime(config)
-    note_ray_unused(config, log)
     extractor = extractor_for(config, runtime, make_runtime)
+    spread = config.cluster.ray is not None and config.index.extractor not in LM_EXTRACTORS
+    if spread and not is_folder:
+        note_ray_unused(config, log)
     started = time.perf_counter()
     with writer_lock(out, log):  # a second build into the same folder waits, then replaces this one whole
-        index = build_index(passages, config.index, runtime.embedder, progress=True, extractor=extractor)
-        if folder:
+        if is_folder:
+            workers = ray_workers(config, corpus, make_runtime or Runtime, log) if spread else None
+            index, folder = ingest_folder(corpus, out, config, runtime, extractor, log, workers)
+            log(folder.summary())
             index.info["documents"] = documents_record(folder, reading)
+        else:
+            folder, index = None, build_index(passages, config.index, runtime.embedder, progress=True, extractor=extractor)
         save_index(index, out)
+        finish(out)
     seconds = time.perf_counter() - started
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
     for line in describe_extraction(extractor):
         log(line)
-    log(f"index written to {out}: {index.counts()} in {seconds:.1f} s")
+    log(f"index written to {out}: {index.counts()} in {seconds:.1f} s; peak memory of this process {peak:.2f} GiB")
     return {"index": str(out), **index.counts(), **({"files": len(folder.files), "skipped": len(folder.skipped)} if folder else {}),
-            "extractor": extractor.report(), "seconds": round(seconds, 2)}
+            "extractor": extractor.report(), "seconds": round(seconds, 2), "peak_rss_gib": round(peak, 2)}
 
 
 def corpus_passages(corpus: str | Path, reading: Reading, log: Callable[[str], None] = print) -> tuple[list[Passage], FolderCorpus | None]:
@@ -69,7 +82,8 @@ def corpus_digest(corpus: str | Path, passages: Sequence[Passage]) -> str:
 
 
 def note_ray_unused(config, log: Callable[[str], None]) -> None:
-    """`--ray` with an extractor that asks no LM: nothing to spread, and the user is told so."""
+    """`--ray` with an extractor that asks no LM on passages (not a folder's): nothing to spread,
+    and the user is told so."""
 
     if config.cluster.ray is not None and config.index.extractor not in LM_EXTRACTORS:
         log(f"--ray: the {config.index.extractor} extractor asks no LM, so the index is built here")

@@ -21,7 +21,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Callable, Collection, Iterator
+from typing import Callable, Collection, Iterable, Iterator
 
 from modules.errors import HyperProveError
 from modules.facts import Passage
@@ -719,11 +719,14 @@ def shown(name: str) -> str:
     return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
-def document_files(folder: Path, follow_links: bool = False, log: Callable[[str], None] = print) -> Iterator[tuple[Path, str]]:
+def document_files(folder: Path, follow_links: bool = False, log: Callable[[str], None] = print,
+                   ours: Collection[str] = ()) -> Iterator[tuple[Path, str]]:
     """Every file under `folder`, in path order, with its path relative to `folder` (`shown`).
     Left out, each with one line: hidden files and folders, HyperProve indexes, what is not a
     file or a folder, and links, which lead out of the folder (with `follow_links` they are
-    followed, files and folders alike, but a link back into a folder being read is a loop)."""
+    followed, files and folders alike, but a link back into a folder being read is a loop).
+    Left out without a word: the paths `ours` names (real paths: the lock and checkpoints of the
+    index being built)."""
 
     def walk(directory: Path, relative: str, inside: tuple[str, ...]) -> Iterator[tuple[Path, str]]:
         try:
@@ -733,6 +736,8 @@ def document_files(folder: Path, follow_links: bool = False, log: Callable[[str]
             return
         for entry in entries:
             path, name = Path(entry.path), relative + shown(entry.name)
+            if ours and os.path.realpath(path) in ours:
+                continue
             said = shown(entry.path)  # the path as the lines name it
             if entry.name.startswith("."):
                 log(f"{said}{'/' * entry.is_dir()}: left out: hidden")
@@ -767,15 +772,36 @@ def document_files(folder: Path, follow_links: bool = False, log: Callable[[str]
     yield from walk(folder, "", (os.path.realpath(folder),))
 
 
+REPEATS = "every passage repeats an earlier file's"
+
+
 def read_folder(folder: str | Path, reading: Reading = Reading(), log: Callable[[str], None] = print,
                 prefix: str = "", leave_out: Collection[str] = (), progress: bool = False) -> FolderCorpus:
-    """Every document under `folder` as passages, its path `prefix` + its path in `folder`, but
-    for those `leave_out` names. A file that cannot be read, is empty or is over a budget is
-    reported (one line) and skipped; a passage that repeats an earlier one word for word is kept
-    once. `progress`: a bar of the files read, with the passages so far, the rate and the time left."""
+    """Every document under `folder` as passages (`document_files`, then `read_documents`). A
+    folder with no text in it is an error. `progress`: a bar of the files read, with the
+    passages so far, the rate and the time left."""
     root = Path(folder)
     if not root.is_dir():
         raise HyperProveError(f"{root}: not a folder")
+    listing: list[str] = []
+    files = list(document_files(root, reading.follow_links, lambda line: (listing.append(line), log(line))))
+    from tqdm import tqdm
+
+    bar = tqdm(total=len(files), desc="read files", unit="file", disable=not progress, mininterval=1.0)
+    corpus = read_documents(root, files, reading, log, prefix, leave_out, bar)
+    bar.close()
+    corpus.skipped[:0] = listing
+    if not corpus.passages:
+        raise HyperProveError(f"{root}: no document with text in it" + (f" ({len(corpus.skipped)} skipped)" if corpus.skipped else ""))
+    return corpus
+
+
+def read_documents(root: Path, files: Iterable[tuple[Path, str]], reading: Reading = Reading(), log: Callable[[str], None] = print,
+                   prefix: str = "", leave_out: Collection[str] = (), bar=None) -> FolderCorpus:
+    """The listed files (path, path in `root`) as passages, each document's path `prefix` + its
+    path in `root`, but for those `leave_out` names. A file that cannot be read, is empty or is
+    over a budget is reported (one line) and skipped; a passage that repeats an earlier one word
+    for word is kept once. `bar`: a tqdm bar moved a file at a time, showing the passages so far."""
     corpus = FolderCorpus(root=root, passages=[], files={})
     taken: set[Passage] = set()
 
@@ -783,13 +809,10 @@ def read_folder(folder: str | Path, reading: Reading = Reading(), log: Callable[
         corpus.skipped.append(line)
         log(line)
 
-    from tqdm import tqdm
-
-    files = list(document_files(root, reading.follow_links, left_out))
-    bar = tqdm(total=len(files), desc="read files", unit="file", disable=not progress, mininterval=1.0)
     for path, relative in files:
-        bar.set_postfix_str(f"{len(corpus.passages)} passages", refresh=False)
-        bar.update()
+        if bar is not None:
+            bar.set_postfix_str(f"{len(corpus.passages)} passages", refresh=False)
+            bar.update()
         relative = prefix + relative
         if relative in leave_out:
             continue
@@ -812,12 +835,10 @@ def read_folder(folder: str | Path, reading: Reading = Reading(), log: Callable[
                 corpus.passages += passages
                 corpus.files[relative] = document.sha256
                 continue
-            problem = "every passage repeats an earlier file's" if every else "no text"
+            problem = REPEATS if every else "no text"
         left_out(f"{shown(str(path))}: skipped: {problem}")
-    bar.set_postfix_str(f"{len(corpus.passages)} passages")
-    bar.close()
-    if not corpus.passages:
-        raise HyperProveError(f"{root}: no document with text in it" + (f" ({len(corpus.skipped)} skipped)" if corpus.skipped else ""))
+    if bar is not None:
+        bar.set_postfix_str(f"{len(corpus.passages)} passages")
     return corpus
 
 
