@@ -114,10 +114,10 @@ class EvaluationSetup:
         if self.needs_index:
             passage_index = self.index.passage_index
         else:
-            from modules.retrieval.vectors import VectorIndex
+            from pipeline.index.build import vector_index
 
             vectors = self.embedder.encode([p.titled_text for p in self.passages], progress="embed passages")
-            passage_index = VectorIndex.build(vectors, exact_max=self.config.index.exact_search_max)
+            passage_index = vector_index(vectors, self.config.index)
         return DensePassageSearch(passage_index, self.embedder.encode_query)
 
     def search(self, name: str) -> Callable[[str], list[int]]:

@@ -202,6 +202,7 @@ class IndexConfig:
     eta: float = Field(0.8, ge=1e-6, le=1.0)  # step 2: synonym cosine threshold
     synonym_neighbors: int = Field(10, ge=1, le=1000)  # nearest names examined per entity for synonyms
     exact_search_max: int = Field(50_000, ge=1, le=10**9)  # above this many vectors FAISS search is IVF, not exact
+    compressed_search_min: int = Field(2_000_000, ge=1, le=10**10)  # above this many, IVF over PQ codes, ranked again exactly
     batch_size: int = Field(64, ge=1, le=4096)  # embedder batch size
     # a folder is read, extracted and embedded this many files at a time, each batch checkpointed
     # as it finishes (memory holds one batch; a killed build resumes at its first unfinished one)
@@ -222,10 +223,10 @@ class IndexConfig:
 
     # The fields that shape the index (batch_size and batch_files only pace the work): what the index cache is
     # keyed on, and what an index loaded for a run must have been built with.
-    SHAPING = ("extractor", "embedder", "eta", "synonym_neighbors", "exact_search_max", "sentence_rules")
+    SHAPING = ("extractor", "embedder", "eta", "synonym_neighbors", "exact_search_max", "compressed_search_min", "sentence_rules")
 
     # What a recorded config without these fields ran with (records made before they existed).
-    RECORDED_WITHOUT = {"sentence_rules": 1}
+    RECORDED_WITHOUT = {"sentence_rules": 1, "compressed_search_min": 2_000_000}
 
     def shaping(self) -> dict:
         return {name: getattr(self, name) for name in self.SHAPING}

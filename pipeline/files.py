@@ -171,6 +171,17 @@ def read_npy(path: str | Path):
     return array
 
 
+def map_npy(path: str | Path):
+    """A .npy file (no pickles) memory-mapped read only: rows are read from disk as they are
+    used (the vectors searched by IVF-PQ codes, of which a search reads a few hundred rows)."""
+    import numpy as np
+
+    array = np.load(path, mmap_mode="r", allow_pickle=False)
+    if array.dtype.hasobject or not array.flags.c_contiguous:
+        raise ValueError(f"{path}: holds Python objects or a Fortran-ordered array, which HyperProve does not write")
+    return array
+
+
 def sha256_file(path: str | Path, block: int = 1 << 22) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:

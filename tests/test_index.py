@@ -366,22 +366,45 @@ def unit_rows(rng, n: int, dim: int) -> np.ndarray:
     return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
 
 
-@pytest.mark.parametrize("exact_max, built_on", [(10_000, 3000), (100, 3000), (100, 2500)])
-def test_vector_index_rows_removed_and_replaced_as_in_the_array(exact_max, built_on):
-    """Exact, IVF, and IVF with 500 vectors added after it was built (kept in its `added` part)."""
+@pytest.mark.parametrize("exact_max, compressed_min, built_on", [(10_000, 10_000, 3000), (100, 10_000, 3000), (100, 10_000, 2500),
+                                                                 (100, 1000, 3000), (100, 1000, 2500)])
+def test_vector_index_rows_removed_and_replaced_as_in_the_array(exact_max, compressed_min, built_on):
+    """Exact, IVF, IVF-PQ, and IVF or IVF-PQ with 500 vectors added after it was built (kept in
+    its `added` part)."""
     from modules.retrieval.vectors import VectorIndex
 
-    vectors = unit_rows(np.random.default_rng(0), 3000, 16)
-    index = VectorIndex.build(vectors[:built_on], exact_max=exact_max)
+    vectors = unit_rows(np.random.default_rng(0), 3000, 48)
+    index = VectorIndex.build(vectors[:built_on], exact_max=exact_max, compressed_min=compressed_min)
     index.add(vectors[built_on:])
-    assert index.kind == ("exact" if exact_max > 3000 else "ivf") and len(index.parts) == (2 if built_on < 3000 else 1)
+    kind = "exact" if exact_max > 3000 else "ivf" if compressed_min > built_on else "ivfpq"
+    assert index.kind == kind and len(index.parts) == (2 if built_on < 3000 else 1)
     index.remove(np.array([2999, 5, 17, 100, 5]))
     left = np.delete(vectors, [5, 17, 100, 2999], axis=0)
     left[[0, 7, 2000]] = vectors[[3000 - 1, 17, 5]]  # rows given the vectors of removed ones
     index.replace(np.array([0, 7, 2000]), left[[0, 7, 2000]])
+    index.rows = left  # the array the index mirrors (a HypergraphIndex hands its own over)
     assert len(index) == 2996
     _, ids = index.search(left, 1, nprobe=10_000)  # every list scanned: each row finds itself
     assert ids[:, 0].tolist() == list(range(2996))
+
+
+def test_an_ivf_pq_search_ranks_its_candidates_by_the_stored_vectors():
+    """Codes pick REFINE candidates a hit; the stored rows score them. Where the candidates are
+    every vector (every list scanned, k * REFINE >= n) the answer is exact search's, scores and
+    all; without the rows it is the codes' approximate one."""
+    from modules.retrieval.vectors import REFINE, VectorIndex
+
+    rng = np.random.default_rng(3)
+    vectors, queries = unit_rows(rng, 1500, 32), unit_rows(rng, 20, 32)
+    exact = VectorIndex.build(vectors, exact_max=10_000)
+    compressed = VectorIndex.build(vectors, exact_max=100, compressed_min=1000)
+    assert compressed.kind == "ivfpq" and compressed.rows is vectors and 50 * REFINE >= len(vectors)
+    scores, ids = compressed.search(queries, 50, nprobe=10_000)
+    exact_scores, exact_ids = exact.search(queries, 50)
+    assert np.array_equal(ids, exact_ids) and np.allclose(scores, exact_scores, atol=1e-6)
+    compressed.rows = None
+    coded, coded_ids = compressed.search(queries, 50, nprobe=10_000)
+    assert not np.allclose(coded, exact_scores, atol=1e-3) and len(set(coded_ids[0]) & set(exact_ids[0])) > 25
 
 
 def test_vectors_added_to_an_ivf_index_answer_as_one_index_holding_them_all():
@@ -522,3 +545,33 @@ def test_a_deletion_numbers_entities_as_a_build_would_even_within_one_fact(hash_
     assert shrunk.entity_names[:2] == whole.entity_names[:2] == ["Steven Spielberg", "Cincinnati"]
     assert shrunk.entity_names == whole.entity_names and (shrunk.fact_entities != whole.fact_entities).nnz == 0
     assert shrunk.entity_order.tolist() == whole.entity_order.tolist() and (shrunk.synonyms != whole.synonyms).nnz == 0
+
+
+def test_an_index_searched_by_pq_codes_is_saved_and_loaded_with_its_rows(tmp_path):
+    from dataclasses import asdict
+
+    from modules.retrieval.hypergraph import binary_csr
+    from modules.retrieval.vectors import VectorIndex
+    from pipeline.index.build import assemble_index, corpus_checksum
+
+    rng = np.random.default_rng(4)
+    n = 1200
+    config = IndexConfig(exact_search_max=100, compressed_search_min=1000)
+    passages = [Passage(f"p{k}", f"text {k}") for k in range(n)]
+    info = {"extractor": {"name": "sentences"}, "embedder": {"id": "random", "dim": 48}, "config": asdict(config),
+            "corpus_sha256": corpus_checksum(passages), "generations": [{"generation": 0, "added": n, "facts": n}],
+            "next_passage_id": n}
+    vectors = {"fact": unit_rows(rng, n, 48), "entity": unit_rows(rng, 300, 48), "passage": unit_rows(rng, n, 48)}
+    index = assemble_index(passages, [f"f{k}" for k in range(n)], np.arange(n), binary_csr(np.arange(n), np.arange(n) % 300, (n, 300)),
+                           [f"e{k}" for k in range(300)], vectors, config, info)
+    assert [index.fact_index.kind, index.entity_index.kind, index.passage_index.kind] == ["ivfpq", "ivf", "ivfpq"]
+    assert VectorIndex.kind_for(1000, 100, 10) == "ivf"  # under PQ_MIN vectors: never compressed
+    save_index(index, tmp_path / "idx")
+    loaded = load_index(tmp_path / "idx")
+    assert loaded.fact_index.kind == "ivfpq" and loaded.fact_index.rows is loaded.fact_vectors
+    # the vectors IVF-PQ searches are memory-mapped (read as rows are used), the others read in
+    assert isinstance(loaded.fact_vectors, np.memmap) and not isinstance(loaded.entity_vectors, np.memmap)
+    assert np.array_equal(loaded.fact_vectors, index.fact_vectors)
+    queries = index.fact_vectors[[0, 600, 1199]]
+    ids = loaded.fact_index.search(queries, 1, nprobe=10_000)[1]
+    assert ids[:, 0].tolist() == [0, 600, 1199] and json.loads((tmp_path / "idx" / "manifest.json").read_text())["vector_search"]["fact"] == "ivfpq"

@@ -24,7 +24,7 @@ from modules.lm.checks import find_entities, subject_name
 from modules.retrieval.hypergraph import Hypergraph, binary_csr, expand_synonyms
 from modules.retrieval.lexical import LexicalIndex
 from modules.retrieval.retriever import FactTable, HypergraphRetriever, RetrieverConfig
-from modules.retrieval.vectors import VectorIndex
+from modules.retrieval.vectors import COMPRESSED_MIN, VectorIndex
 from pipeline.config import IndexConfig
 from pipeline.index.extract import Extractor, make_extractor
 
@@ -67,7 +67,7 @@ def corpus_checksum(passages: Sequence[Passage], block: int = 10_000) -> str:
 
 # --- step 2: synonyms ----------------------------------------------------------------------------
 def synonym_matrix(
-    entity_vectors: np.ndarray, eta: float, neighbors: int, exact_max: int
+    entity_vectors: np.ndarray, eta: float, neighbors: int, exact_max: int, compressed_min: int = COMPRESSED_MIN
 ) -> tuple[sp.csr_matrix, VectorIndex]:
     """Symmetric 0/1 matrix of name pairs with cosine > eta, from k-nearest-neighbour search.
 
@@ -76,7 +76,7 @@ def synonym_matrix(
     (`experiments/bench/scale.py`). Returns the entity index too, for reuse.
     """
     n = len(entity_vectors)
-    index = VectorIndex.build(entity_vectors, exact_max=exact_max)
+    index = VectorIndex.build(entity_vectors, exact_max=exact_max, compressed_min=compressed_min)
     rows, cols = [], []
     for start in range(0, n, SYNONYM_QUERY_CHUNK):
         stop = min(start + SYNONYM_QUERY_CHUNK, n)
@@ -115,6 +115,8 @@ class HypergraphIndex:
     entity_order: np.ndarray | None = None  # per fact_entities entry: where its fact listed that entity (0, 1, ...); None: id order
 
     def __post_init__(self) -> None:
+        for name in VECTOR_SETS:  # what an IVF-PQ search ranks its candidates by
+            getattr(self, f"{name}_index").rows = getattr(self, f"{name}_vectors")
         if self.passage_ids is None:
             self.passage_ids = np.arange(len(self.passages), dtype=np.int64)
         if self.entity_keys is None:
@@ -245,11 +247,17 @@ def assemble_index(
     entity_order: np.ndarray | None = None,
 ) -> HypergraphIndex:
     """Steps 2-3 on extracted, embedded facts: synonyms and the FAISS indexes."""
-    synonyms, entity_index = synonym_matrix(vectors["entity"], config.eta, config.synonym_neighbors, config.exact_search_max)
-    indexes = {"entity": entity_index, **{name: VectorIndex.build(vectors[name], exact_max=config.exact_search_max) for name in ("fact", "passage")}}
+    synonyms, entity_index = synonym_matrix(vectors["entity"], config.eta, config.synonym_neighbors, config.exact_search_max,
+                                            config.compressed_search_min)
+    indexes = {"entity": entity_index, **{name: vector_index(vectors[name], config) for name in ("fact", "passage")}}
     info = {**info, "built_on": {name: len(vectors[name]) for name in VECTOR_SETS}}
     return HypergraphIndex.from_parts(passages, fact_text, fact_passage, fact_entities, entity_names, synonyms, vectors, indexes, info,
                                       surfaces=surfaces, entity_keys=entity_keys, entity_order=entity_order)
+
+
+def vector_index(vectors: np.ndarray, config: IndexConfig) -> VectorIndex:
+    """The FAISS index the config asks for at this many vectors (`VectorIndex.kind_for`)."""
+    return VectorIndex.build(vectors, exact_max=config.exact_search_max, compressed_min=config.compressed_search_min)
 
 
 def build_index(passages: list[Passage], config: IndexConfig, embedder, progress: bool = True, extractor: Extractor | None = None) -> HypergraphIndex:

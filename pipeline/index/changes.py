@@ -24,6 +24,7 @@ from pipeline.index.build import (
     embed_new,
     entity_incidence,
     listed_incidence,
+    vector_index,
 )
 from pipeline.index.extract import Extractor, make_extractor
 
@@ -37,8 +38,8 @@ def widened(matrix: sp.csr_matrix, shape: tuple[int, int]) -> sp.csr_matrix:
 
 def settle_vector_indexes(indexes: dict[str, VectorIndex], vectors: dict[str, np.ndarray], info: dict, config: IndexConfig) -> list[str]:
     """The retrain rule for indexes changed in place: an index is built again, as a fresh build
-    would build it, when its size has crossed `exact_search_max` (exact <-> IVF) or, for IVF,
-    when it holds more than twice or less than half the vectors its lists were trained on (the
+    would build it, when its size has crossed `exact_search_max` (exact <-> IVF) or
+    `compressed_search_min` (IVF <-> IVF-PQ) or, for IVF and IVF-PQ, when it holds more than twice or less than half the vectors its lists were trained on (the
     lists then no longer fit the data: twice the vectors per list at the same nprobe, or
     centroids of a distribution that has moved). Updates `indexes` and info["built_on"]; returns
     the names built again."""
@@ -46,9 +47,9 @@ def settle_vector_indexes(indexes: dict[str, VectorIndex], vectors: dict[str, np
     rebuilt = []
     for name in VECTOR_SETS:
         size, trained = len(vectors[name]), built_on.get(name, len(vectors[name]))
-        wanted = "exact" if size <= config.exact_search_max else "ivf"
-        if indexes[name].kind != wanted or (wanted == "ivf" and not trained / 2 <= size <= 2 * trained):
-            indexes[name] = VectorIndex.build(vectors[name], exact_max=config.exact_search_max)
+        wanted = VectorIndex.kind_for(size, config.exact_search_max, config.compressed_search_min)
+        if indexes[name].kind != wanted or (wanted != "exact" and not trained / 2 <= size <= 2 * trained):
+            indexes[name] = vector_index(vectors[name], config)
             built_on[name] = size
             rebuilt.append(name)
     info["built_on"] = built_on
@@ -191,10 +192,10 @@ ROW_CHUNK = 65_536
 
 def taken(index: HypergraphIndex, name: str) -> np.ndarray:
     """index.<name>, taken out of the index being changed (it is consumed), so that the array can
-    change size in place without another owner seeing it."""
+    change size in place without another owner seeing it; a memory-mapped one is read in."""
     array = getattr(index, name)
     setattr(index, name, None)
-    return array
+    return array if array.flags.writeable else np.array(array)  # memory-mapped (read only): into memory
 
 
 def resized(array: np.ndarray, rows: int) -> np.ndarray:

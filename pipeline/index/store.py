@@ -33,6 +33,7 @@ from pipeline.files import (
     atomic_write_jsonl,
     check_replaceable,
     clear_scratch,
+    map_npy,
     read_json,
     read_npy,
     recover,
@@ -260,13 +261,23 @@ def check_vectors(directory: Path, name: str, vectors: np.ndarray, dim: int, cou
         raise HyperProveError(f"{directory}: {name} vectors are {vectors.dtype} of shape {vectors.shape}, not float32 of "
                               f"({count}, {dim}) as the manifest counts say{DAMAGED}")
     for start in range(0, count, block):
-        rows = vectors[start : start + block]
+        rows = mapped_rows(vectors, start, start + block) if isinstance(vectors, np.memmap) else vectors[start : start + block]
         norms = np.einsum("ij,ij->i", rows, rows)
         bad = ~np.isfinite(norms) | ((np.abs(norms - 1.0) > 1e-3) & (norms != 0.0))
         if bad.any():
             row = start + int(np.argmax(bad))
             raise HyperProveError(f"{directory}: {name} vector {row} is not finite and of unit norm (squared norm "
                                   f"{float(norms[row - start])!r}){DAMAGED}")
+
+
+def mapped_rows(vectors: np.memmap, start: int, stop: int) -> np.ndarray:
+    """Rows of a memory-mapped array read from its file, not through the mapping: a check of every
+    row then leaves no page of the file counted in this process's memory."""
+    stop = min(stop, len(vectors))
+    width = int(np.prod(vectors.shape[1:]))
+    with open(vectors.filename, "rb") as handle:
+        handle.seek(vectors.offset + start * width * vectors.itemsize)
+        return np.fromfile(handle, dtype=vectors.dtype, count=(stop - start) * width).reshape(stop - start, *vectors.shape[1:])
 
 
 def check_ids(directory: Path, what: str, ids: np.ndarray, count: int) -> None:
@@ -313,7 +324,8 @@ def _read_index(directory: Path, manifest: dict) -> HypergraphIndex:
     n_entities = len(entity_names)
     check_ids(directory, "synonyms.npy names entity", pairs.ravel().astype(np.int64), n_entities)
     synonyms = binary_csr(np.concatenate([pairs[:, 0], pairs[:, 1]]), np.concatenate([pairs[:, 1], pairs[:, 0]]), (n_entities, n_entities))
-    vectors = {name: read_npy(directory / f"{name}_vectors.npy") for name in VECTOR_SETS}
+    mapped = {name for name, kind in manifest.get("vector_search", {}).items() if kind == "ivfpq"}
+    vectors = {name: (map_npy if name in mapped else read_npy)(directory / f"{name}_vectors.npy") for name in VECTOR_SETS}
     indexes = {name: VectorIndex(faiss.read_index(str(directory / index_file)),
                                  faiss.read_index(str(directory / added_file(index_file))) if added_file(index_file) in manifest["files"] else None)
                for name, index_file in VECTOR_SETS.items()}
