@@ -40,7 +40,9 @@ def rust_docs() -> Path | None:
 
 
 def index_command(folder: Path, out: Path, extra: list[str]) -> list[str]:
-    return [sys.executable, "-m", "pipeline.cli", "index", str(folder), "--out", str(out), "--json", *extra]
+    """`hyperprove index` into `out`, with a cache folder of its own beside it (an embedding
+    cache shared between two builds would hand the second the first one's vectors)."""
+    return [sys.executable, "-m", "pipeline.cli", "index", str(folder), "--out", str(out), "--cache-dir", f"{out}.cache", "--json", *extra]
 
 
 def timed(command: list[str], kill_after: float | None = None) -> dict:
@@ -92,8 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     pages = sum(1 for path in folder.rglob("*.html") if path.stat().st_size > 2048)
     print(f"{folder}: {pages} HTML pages over 2 KB", flush=True)
     for stale in (out / "index", out / "whole"):
-        shutil.rmtree(stale, ignore_errors=True)
-        shutil.rmtree(stale.with_name(f"{stale.name}.building"), ignore_errors=True)
+        for path in (stale, stale.with_name(f"{stale.name}.building"), stale.with_name(f"{stale.name}.cache")):
+            shutil.rmtree(path, ignore_errors=True)
     report = {"folder": str(folder), "pages_over_2kb": pages, "ray": args.ray}
     if args.kill_after:
         killed = timed(index_command(folder, out / "index", extra), kill_after=args.kill_after)
