@@ -445,3 +445,42 @@ def test_a_page_that_asks_not_to_be_indexed_or_redirects_is_left_out_with_one_li
     assert [p.source for p in corpus.passages] == ["chapter.html#0"]
     assert any(line.endswith("print.html: skipped: the page asks not to be indexed (robots noindex)") for line in lines)
     assert any(line.endswith("old.html: skipped: the page redirects to another (meta refresh)") for line in lines)
+
+
+def test_a_folder_read_again_parses_only_the_files_that_changed(tmp_path, capsys, monkeypatch):
+    import pipeline.index.documents as documents
+
+    docs, index, cache = tmp_path / "docs", tmp_path / "idx", tmp_path / "cache"
+    docs.mkdir()
+    shared = "Ada Lovelace was a mathematician."
+    (docs / "ada.md").write_text(f"# Ada Lovelace\n\n{shared}\n\n## Family\nHer father was Lord Byron, the poet.\n")
+    (docs / "again.md").write_text(f"# Ada Lovelace\n\n{shared}\n")  # repeats ada.md: skipped, but read
+    (docs / "babbage.txt").write_text("Charles Babbage\n\nBabbage was born in London in 1791.")
+    (docs / "broken.pdf").write_bytes(b"%PDF-1.4 not really")
+    run = cli(capsys)
+    run("index", docs, "--out", index, "--cache-dir", cache)
+    parsed = []
+    reader = documents.read_document
+    monkeypatch.setattr(documents, "read_document", lambda path, *args: (parsed.append(path.name), reader(path, *args))[1])
+
+    (docs / "babbage.txt").write_text("Charles Babbage\n\nBabbage was born in London in 1791. He designed the Analytical Engine.")
+    out, changed = run("index", "--add", docs, "--into", index, "--cache-dir", cache)
+    assert parsed == ["babbage.txt"] and (changed["added"], changed["removed"]) == (1, 1)
+    assert "broken.pdf: skipped: not a readable PDF file" in out  # a file left out is left out again, and said so, unparsed
+    for entry in (cache / "documents").rglob("*.json"):  # damaged entries: the files are read again
+        entry.write_text("[[1]]")
+    parsed.clear()
+    out, again = run("index", "--add", docs, "--into", index, "--cache-dir", cache)
+    assert sorted(parsed) == ["ada.md", "again.md", "babbage.txt", "broken.pdf"] and again["added"] == again["removed"] == 0
+
+    parsed.clear()  # deleting ada.md reads the folder again to find who else holds its first passage: nothing is parsed
+    out, deleted = run("index", "--delete", docs / "ada.md", "--into", index, "--cache-dir", cache)
+    assert parsed == [] and "1 of its passages are also in other documents: kept, under those" in out
+    (docs / "ada.md").unlink()
+    run("index", docs, "--out", tmp_path / "fresh", "--cache-dir", tmp_path / "cache-fresh")
+    assert sorted((p["title"], p["text"], p["source"]) for p in passages(index)) == \
+        sorted((p["title"], p["text"], p["source"]) for p in passages(tmp_path / "fresh"))
+    # another split is another reading: its files are parsed again, not taken from what the first reading kept
+    parsed.clear()
+    run("index", docs, "--out", tmp_path / "split", "--cache-dir", cache, "--passage-words", "60")
+    assert sorted(parsed) == ["again.md", "babbage.txt", "broken.pdf"]

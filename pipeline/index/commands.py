@@ -23,7 +23,7 @@ from pipeline.files import (
 from pipeline.index.build import HypergraphIndex, build_index, corpus_checksum
 from pipeline.index.changes import grow_index, shrink_index
 from pipeline.index.corpus import check_text, load_corpus, read_json_list
-from pipeline.index.documents import FolderCorpus, Reading, file_of, read_folder, shown
+from pipeline.index.documents import FolderCorpus, ParsedDocuments, Reading, file_of, read_folder, shown
 from pipeline.index.extract import LM_EXTRACTORS, describe_extraction, extractor_for
 from pipeline.index.ingest import finish, ingest_folder, ray_workers
 from pipeline.index.store import check_index_target, load_index, save_index
@@ -100,7 +100,7 @@ def add_to_index(added_corpus: str | Path, directory: str | Path, config, runtim
     with writer_lock(directory, log):  # one writer at a time: a second waits, then adds to this one's generation
         index = load_index(directory, expect=config.index)
         if Path(added_corpus).is_dir():
-            update = folder_update(index, added_corpus, log)
+            update = folder_update(index, added_corpus, log, ParsedDocuments(config.cache_dir))
         else:
             offered = load_corpus(added_corpus)
             update = FolderUpdate(removed=np.zeros(0, dtype=np.int64), added=new_passages(index, offered, set()))
@@ -174,18 +174,20 @@ def folder_prefix(documents: dict | None, folder: str | Path) -> str:
     return "" if inside == "." else inside + "/"
 
 
-def folder_update(index: HypergraphIndex, folder: str | Path, log: Callable[[str], None] = print) -> FolderUpdate:
+def folder_update(index: HypergraphIndex, folder: str | Path, log: Callable[[str], None] = print,
+                  parsed: ParsedDocuments | None = None) -> FolderUpdate:
     """The folder's documents against the index's record of them, split as the index's documents
     were: an unchanged file (same checksum) is left alone; of a changed one only the passages
     whose text changed leave and come (the others keep their ids and take their new sources); a
     new one comes whole. A document of the index that the folder no longer holds is kept and
-    named (`--delete` takes it out)."""
+    named (`--delete` takes it out). The folder is read through `parsed`: only files it does not
+    hold already are parsed."""
     documents = index.info.get("documents")
     built = index.info["config"]
     reading = Reading.recorded(documents) if documents else \
         Reading(built.get("passage_words", 120), built.get("passage_overlap", 20))
     prefix = folder_prefix(documents, folder)
-    read = read_folder(folder, reading, log, prefix=prefix, progress=True)
+    read = read_folder(folder, reading, log, prefix=prefix, progress=True, parsed=parsed)
     known = documents["files"] if documents else {}
     changed = {key for key, digest in read.files.items() if known.get(key) != digest}
     missing = sorted(key for key in known if key.startswith(prefix) and key not in read.files)
@@ -200,15 +202,16 @@ def folder_update(index: HypergraphIndex, folder: str | Path, log: Callable[[str
                         passages=passages, documents=documents_record(read, reading, documents))
 
 
-def held_elsewhere(documents: dict, leaving: Sequence[str]) -> FolderCorpus | None:
-    """The index's first folder read again without the documents `leaving` (None when it is gone
-    or holds nothing else): which document now holds a passage that two of them shared, since a
-    folder's repeated passage is indexed once, under the first document that has it."""
+def held_elsewhere(documents: dict, leaving: Sequence[str], parsed: ParsedDocuments | None = None) -> FolderCorpus | None:
+    """The index's first folder read again (through `parsed`) without the documents `leaving`
+    (None when it is gone or holds nothing else): which document now holds a passage that two of
+    them shared, since a folder's repeated passage is indexed once, under the first document
+    that has it."""
     root = Path(documents["root"])
     if not root.is_dir():
         return None
     try:
-        return read_folder(root, Reading.recorded(documents), log=lambda line: None, leave_out=set(leaving))
+        return read_folder(root, Reading.recorded(documents), log=lambda line: None, leave_out=set(leaving), parsed=parsed)
     except HyperProveError:
         return None
 
@@ -306,7 +309,7 @@ def delete_from_index(deletions: str | Path, directory: str | Path, config, runt
         wanted = named if named is not None else read_deletions(deletions)
         removed = passages_to_remove(index, wanted, str(deletions), log)
         documents = index.info.get("documents")
-        still = held_elsewhere(documents, named) if named and documents and len(removed) else None
+        still = held_elsewhere(documents, named, ParsedDocuments(config.cache_dir)) if named and documents and len(removed) else None
         source_of = {p: p.source for p in still.passages} if still else {}
         kept = {k for k in removed.tolist() if index.passages[k] in source_of}
         if kept:  # a passage another document also holds was indexed once, under the one leaving: it stays, under the other

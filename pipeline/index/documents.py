@@ -15,6 +15,7 @@ from __future__ import annotations
 import codecs
 import hashlib
 import importlib
+import importlib.metadata
 import io
 import json
 import os
@@ -673,13 +674,15 @@ def _optional(module: str, kind: str, package: str | None = None):
         raise MissingExtra(f"reading {kind} files needs the {package or module} package: {DOCS_HINT}") from None
 
 
-def read_document(path: Path, relative: str, reading: Reading = Reading()) -> Document:
-    """One file as a `Document`; ValueError (with the reason) when it cannot be read as its kind,
-    `OverBudget` when it is larger than the reading allows."""
-    size = path.stat().st_size
-    if size > reading.max_file_mb * 2**20:
-        raise OverBudget(f"{size / 2**20:.1f} MB, over the budget of {reading.max_file_mb:g} MB a file (index.max_file_mb)")
-    data = path.read_bytes()
+def read_document(path: Path, relative: str, reading: Reading = Reading(), data: bytes | None = None) -> Document:
+    """One file (its bytes `data`, where already read) as a `Document`; ValueError (with the
+    reason) when it cannot be read as its kind, `OverBudget` when it is larger than the reading
+    allows."""
+    if data is None:
+        size = path.stat().st_size
+        if size > reading.max_file_mb * 2**20:
+            raise OverBudget(f"{size / 2**20:.1f} MB, over the budget of {reading.max_file_mb:g} MB a file (index.max_file_mb)")
+        data = path.read_bytes()
     digest = hashlib.sha256(data).hexdigest()
     named = Path(PurePosixPath(relative).name)  # the escaped name: titles must be text
     suffix = path.suffix.lower()
@@ -699,6 +702,85 @@ def read_document(path: Path, relative: str, reading: Reading = Reading()) -> Do
     except Exception as error:  # a format library's own failure on a damaged file is that file's problem only
         raise ValueError(f"{type(error).__name__}: {error}") from None
     return Document(relative, " ".join(title.split()), [s for s in sections if s.text.strip()], digest)
+
+
+class ParsedDocuments:
+    """Each document's passages (or why it was left out) as its reader gave them, one JSON file
+    under a key of the document's content, its path in the folder, the reading, and this
+    module's own code with the versions of the libraries it reads with (any change to how a file
+    is read makes new keys). A folder read again, by an update or by a deletion that must know
+    which other document holds a passage, then parses only the files that changed."""
+
+    def __init__(self, cache_dir: str | Path):
+        from pipeline.files import clear_scratch
+
+        self.directory = Path(cache_dir) / "documents"
+        clear_scratch(self.directory, depth=2)  # entries a killed read was writing
+        code = b"".join(Path(module.__file__).read_bytes() for module in reader_modules())
+        self.reader = hashlib.sha256(code + " ".join(library_versions()).encode()).hexdigest()
+
+    def key(self, relative: str, digest: str, reading: Reading) -> str:
+        return hashlib.sha256(json.dumps([self.reader, relative, digest, reading.record()]).encode("utf-8", "surrogateescape")).hexdigest()
+
+    def get(self, key: str) -> list[Passage] | str | None:
+        try:
+            found = json.loads((self.directory / key[:2] / f"{key}.json").read_text(encoding="utf-8"))
+            return found if isinstance(found, str) else [Passage(title, text, source) for title, text, source in found]
+        except (OSError, ValueError, TypeError):
+            return None  # missing, or damaged: read again
+
+    def put(self, key: str, read: list[Passage] | str) -> None:
+        from pipeline.files import atomic_write_bytes
+
+        value = read if isinstance(read, str) else [[p.title, p.text, p.source] for p in read]
+        path = self.directory / key[:2] / f"{key}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(path, json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogateescape"))
+
+
+def reader_modules() -> list:
+    """The modules whose code decides what a file reads as: this one, the corpus-file reader and
+    the text blocks a passage keeps."""
+    import sys
+
+    return [sys.modules[__name__], sys.modules[corpus_passage.__module__], sys.modules[text_blocks.__module__]]
+
+
+def library_versions() -> list[str]:
+    """The versions of the format libraries that are installed (they shape what a file reads as)."""
+    found = []
+    for name in ("lxml", "pypdf"):
+        try:
+            found.append(f"{name} {importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:
+            found.append(f"{name} none")
+    return found
+
+
+def read_passages(path: Path, relative: str, reading: Reading, parsed: ParsedDocuments | None = None) -> tuple[list[Passage] | str, str | None]:
+    """A file's passages, or why it is left out (one line's reason), with the sha256 of its
+    bytes (None where they were not read): from `parsed` where it holds this content read this
+    way, else read (`read_document`) and kept there."""
+    try:
+        size = path.stat().st_size
+        if size > reading.max_file_mb * 2**20:
+            return f"{size / 2**20:.1f} MB, over the budget of {reading.max_file_mb:g} MB a file (index.max_file_mb)", None
+        data = path.read_bytes()
+    except OSError as error:
+        return f"cannot read it ({error.strerror or error})", None
+    digest = hashlib.sha256(data).hexdigest()
+    key = parsed.key(relative, digest, reading) if parsed else None
+    if key and (found := parsed.get(key)) is not None:
+        return found, digest
+    try:
+        read = document_passages(read_document(path, relative, reading, data), reading.words, reading.overlap)
+    except (OverBudget, NotForIndexing) as error:
+        read = str(error)
+    except ValueError as error:
+        read = f"not a readable {path.suffix[1:].upper()} file ({error})"
+    if key:
+        parsed.put(key, read)
+    return read, digest
 
 
 def is_index(folder: Path) -> bool:
@@ -776,10 +858,11 @@ REPEATS = "every passage repeats an earlier file's"
 
 
 def read_folder(folder: str | Path, reading: Reading = Reading(), log: Callable[[str], None] = print,
-                prefix: str = "", leave_out: Collection[str] = (), progress: bool = False) -> FolderCorpus:
-    """Every document under `folder` as passages (`document_files`, then `read_documents`). A
-    folder with no text in it is an error. `progress`: a bar of the files read, with the
-    passages so far, the rate and the time left."""
+                prefix: str = "", leave_out: Collection[str] = (), progress: bool = False,
+                parsed: ParsedDocuments | None = None) -> FolderCorpus:
+    """Every document under `folder` as passages (`document_files`, then `read_documents`, with
+    `parsed`). A folder with no text in it is an error. `progress`: a bar of the files read,
+    with the passages so far, the rate and the time left."""
     root = Path(folder)
     if not root.is_dir():
         raise HyperProveError(f"{root}: not a folder")
@@ -788,7 +871,7 @@ def read_folder(folder: str | Path, reading: Reading = Reading(), log: Callable[
     from tqdm import tqdm
 
     bar = tqdm(total=len(files), desc="read files", unit="file", disable=not progress, mininterval=1.0)
-    corpus = read_documents(root, files, reading, log, prefix, leave_out, bar)
+    corpus = read_documents(root, files, reading, log, prefix, leave_out, bar, parsed)
     bar.close()
     corpus.skipped[:0] = listing
     if not corpus.passages:
@@ -797,11 +880,12 @@ def read_folder(folder: str | Path, reading: Reading = Reading(), log: Callable[
 
 
 def read_documents(root: Path, files: Iterable[tuple[Path, str]], reading: Reading = Reading(), log: Callable[[str], None] = print,
-                   prefix: str = "", leave_out: Collection[str] = (), bar=None) -> FolderCorpus:
+                   prefix: str = "", leave_out: Collection[str] = (), bar=None, parsed: ParsedDocuments | None = None) -> FolderCorpus:
     """The listed files (path, path in `root`) as passages, each document's path `prefix` + its
     path in `root`, but for those `leave_out` names. A file that cannot be read, is empty or is
     over a budget is reported (one line) and skipped; a passage that repeats an earlier one word
-    for word is kept once. `bar`: a tqdm bar moved a file at a time, showing the passages so far."""
+    for word is kept once. `bar`: a tqdm bar moved a file at a time, showing the passages so far.
+    `parsed`: where the files read are kept, and unchanged ones found without being parsed."""
     corpus = FolderCorpus(root=root, passages=[], files={})
     taken: set[Passage] = set()
 
@@ -820,20 +904,14 @@ def read_documents(root: Path, files: Iterable[tuple[Path, str]], reading: Readi
         if suffix not in READERS and suffix not in CORPUS_SUFFIXES:
             corpus.other_kinds[suffix] = corpus.other_kinds.get(suffix, 0) + 1
             continue
-        try:
-            document = read_document(path, relative, reading)
-        except OSError as error:
-            problem = f"cannot read it ({error.strerror or error})"
-        except (OverBudget, NotForIndexing) as error:
-            problem = str(error)
-        except ValueError as error:
-            problem = f"not a readable {suffix[1:].upper()} file ({error})"
+        every, digest = read_passages(path, relative, reading, parsed)
+        if isinstance(every, str):
+            problem = every
         else:
-            every = document_passages(document, reading.words, reading.overlap)
             passages = [p for p in every if not (p in taken or taken.add(p))]
             if passages:
                 corpus.passages += passages
-                corpus.files[relative] = document.sha256
+                corpus.files[relative] = digest
                 continue
             problem = REPEATS if every else "no text"
         left_out(f"{shown(str(path))}: skipped: {problem}")

@@ -37,6 +37,7 @@ from pipeline.index.documents import (
     READERS,
     REPEATS,
     FolderCorpus,
+    ParsedDocuments,
     Reading,
     document_files,
     file_of,
@@ -97,9 +98,11 @@ def batch_key(settings: dict, files: Sequence[tuple[Path, str]], reading: Readin
     return digest.hexdigest()
 
 
-def ingest_batch(root: Path, files: Sequence[tuple[Path, str]], reading: Reading, extractor: Extractor, embedder) -> BatchPart:
-    """Read, extract and embed one batch of files; what it skips is kept in the part, not logged."""
-    corpus = read_documents(root, files, reading, log=lambda line: None)
+def ingest_batch(root: Path, files: Sequence[tuple[Path, str]], reading: Reading, extractor: Extractor, embedder,
+                 parsed: ParsedDocuments | None = None) -> BatchPart:
+    """Read (keeping each file's passages in `parsed`, for later updates), extract and embed one
+    batch of files; what it skips is kept in the part, not logged."""
+    corpus = read_documents(root, files, reading, log=lambda line: None, parsed=parsed)
     facts = [fact for per_passage in extractor.extract(corpus.passages) for fact in per_passage]
     return BatchPart(corpus, facts, embedded(facts, corpus.passages, corpus.passages, embedder, progress=False))
 
@@ -184,7 +187,8 @@ def ingest_folder(folder: str | Path, out: str | Path, config, runtime, extracto
     bar = tqdm(total=len(files), initial=len(files) - sum(len(b.files) for b in todo), desc="index files", unit="file", mininterval=1.0)
     counts = {"passages": 0, "facts": 0}
     started = time.perf_counter()
-    for batch, part in (workers or here(root, reading, extractor, runtime.embedder))(todo):
+    parsed = ParsedDocuments(config.cache_dir)
+    for batch, part in (workers or here(root, reading, extractor, runtime.embedder, parsed))(todo):
         save_part(part, building / batch.name)
         counts["passages"] += len(part.corpus.passages)
         counts["facts"] += len(part.facts)
@@ -194,7 +198,7 @@ def ingest_folder(folder: str | Path, out: str | Path, config, runtime, extracto
     if todo:
         log(f"{len(todo)} batches read, extracted and embedded in {time.perf_counter() - started:.1f} s: "
             f"{counts['passages']} passages, {counts['facts']} facts")
-    parts = (load_part(building / batch.name, root) or redo(batch, root, reading, extractor, runtime.embedder, building, log)
+    parts = (load_part(building / batch.name, root) or redo(batch, root, reading, extractor, runtime.embedder, building, log, parsed)
              for batch in batches)
     corpus, facts, vectors = join(root, parts, log)
     corpus.skipped[:0] = listing
@@ -203,7 +207,8 @@ def ingest_folder(folder: str | Path, out: str | Path, config, runtime, extracto
     return index_of(corpus.passages, facts, vectors, index_config, runtime.embedder, extractor), corpus
 
 
-def here(root: Path, reading: Reading, extractor: Extractor, embedder) -> Callable[[list[Batch]], Iterator[tuple[Batch, BatchPart]]]:
+def here(root: Path, reading: Reading, extractor: Extractor, embedder, parsed: ParsedDocuments | None = None
+         ) -> Callable[[list[Batch]], Iterator[tuple[Batch, BatchPart]]]:
     """`ingest_folder`'s `workers` in this process: one batch after another. A batch in which an
     LM extractor fell back to sentences for some passage is marked to be done again by a later
     build (the extraction cache keeps what the LM did answer), as fallbacks are never cached."""
@@ -211,17 +216,18 @@ def here(root: Path, reading: Reading, extractor: Extractor, embedder) -> Callab
     def run(batches: list[Batch]) -> Iterator[tuple[Batch, BatchPart]]:
         for batch in batches:
             before = extractor.report().get("fallbacks", 0)
-            part = ingest_batch(root, batch.files, reading, extractor, embedder)
+            part = ingest_batch(root, batch.files, reading, extractor, embedder, parsed)
             part.retry = extractor.report().get("fallbacks", 0) > before
             yield batch, part
 
     return run
 
 
-def redo(batch: Batch, root: Path, reading: Reading, extractor: Extractor, embedder, building: Path, log) -> BatchPart:
+def redo(batch: Batch, root: Path, reading: Reading, extractor: Extractor, embedder, building: Path, log,
+         parsed: ParsedDocuments | None = None) -> BatchPart:
     """A batch whose checkpoint is damaged, done again (and checkpointed)."""
     log(f"{building / batch.name}: damaged; the batch is done again")
-    part = ingest_batch(root, batch.files, reading, extractor, embedder)
+    part = ingest_batch(root, batch.files, reading, extractor, embedder, parsed)
     save_part(part, building / batch.name)
     return part
 
