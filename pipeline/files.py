@@ -109,12 +109,13 @@ def read_json(path: str | Path, what: str, damaged_hint: str = ""):
         raise HyperProveError(f"{path}: JSON nested too deeply to be a {what} file{damaged_hint}") from None
 
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    atomic_write_with(path, lambda handle: handle.write(data))
+def atomic_write_bytes(path: str | Path, data: bytes, sync: bool = True) -> None:
+    atomic_write_with(path, lambda handle: handle.write(data), sync)
 
 
-def atomic_write_with(path: str | Path, write: Callable[[BinaryIO], object]) -> None:
-    """`write(handle)` into a temporary file beside `path`, synced, then renamed over it."""
+def atomic_write_with(path: str | Path, write: Callable[[BinaryIO], object], sync: bool = True) -> None:
+    """`write(handle)` into a temporary file beside `path`, synced (but for a cache entry, which a
+    crash may leave empty and which is then made again), then renamed over it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     recover(path)
@@ -122,7 +123,8 @@ def atomic_write_with(path: str | Path, write: Callable[[BinaryIO], object]) -> 
     with open(temporary, "wb") as handle:
         write(handle)
         handle.flush()
-        os.fsync(handle.fileno())
+        if sync:
+            os.fsync(handle.fileno())
     os.replace(temporary, path)
 
 

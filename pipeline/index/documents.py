@@ -735,7 +735,7 @@ class ParsedDocuments:
         value = read if isinstance(read, str) else [[p.title, p.text, p.source] for p in read]
         path = self.directory / key[:2] / f"{key}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(path, json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogateescape"))
+        atomic_write_bytes(path, json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogateescape"), sync=False)
 
 
 def reader_modules() -> list:
