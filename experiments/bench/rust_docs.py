@@ -6,12 +6,18 @@ part-way and a resume, compared byte for byte with an uninterrupted build.
     python -m experiments.bench.rust_docs --out runs/rust --under std/env     # a part of it
     python -m experiments.bench.rust_docs --out runs/rust --under std/env --kill-after 60
     python -m experiments.bench.rust_docs --out runs/rust --ray               # batches on a local Ray cluster
+    python -m experiments.bench.rust_docs --out runs/rust --under std --change    # then a page changed and deleted
 
 The folder is the one holding the `index.html` that `rustup doc --path` prints (the std, core and
 alloc API pages, the books, the reference: about 33,000 pages over 2 KB; MIT OR Apache-2.0); `--docs`
 names another. Where there is none, the script says so and exits with 2. `--kill-after S` kills
 the build (SIGKILL) S seconds in, runs the same command again, then builds the folder once more
 without a kill into another folder, and reports whether the two indexes' files are equal.
+`--change` indexes a copy of the folder (OUT/docs), then adds a sentence to one page and brings
+the index up to date (`index --add OUT/docs --into OUT/index`), then deletes that page
+(`index --delete PAGE --into OUT/index`), each timed; last (unless `--no-rebuild`) it builds the
+folder without the page afresh and reports whether both indexes hold the same passages (title,
+text, source), facts and entity names.
 """
 
 from __future__ import annotations
@@ -79,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kill-after", type=float, help="kill the build this many seconds in, resume it, and compare with an uninterrupted one")
     parser.add_argument("--ray", action="store_true", help="the batches on a Ray cluster started by the command (--ray local)")
     parser.add_argument("--batch-files", type=int, help="files a batch (default: the index config's)")
+    parser.add_argument("--change", action="store_true", help="index a copy, then change a page and delete it, timed")
+    parser.add_argument("--no-rebuild", action="store_true", help="--change: no fresh build to compare with (the whole folder: an hour)")
     args = parser.parse_args(argv)
     docs = Path(args.docs) if args.docs else rust_docs()
     if docs is None:
@@ -93,9 +101,12 @@ def main(argv: list[str] | None = None) -> int:
     extra = [*(["--ray", "local"] if args.ray else []), *(["--batch-files", str(args.batch_files)] if args.batch_files else [])]
     pages = sum(1 for path in folder.rglob("*.html") if path.stat().st_size > 2048)
     print(f"{folder}: {pages} HTML pages over 2 KB", flush=True)
-    for stale in (out / "index", out / "whole"):
+    for stale in (out / "index", out / "whole", out / "fresh", out / "docs"):
         for path in (stale, stale.with_name(f"{stale.name}.building"), stale.with_name(f"{stale.name}.cache")):
             shutil.rmtree(path, ignore_errors=True)
+    if args.change:
+        shutil.copytree(folder, out / "docs")
+        folder = out / "docs"
     report = {"folder": str(folder), "pages_over_2kb": pages, "ray": args.ray}
     if args.kill_after:
         killed = timed(index_command(folder, out / "index", extra), kill_after=args.kill_after)
@@ -119,8 +130,46 @@ def main(argv: list[str] | None = None) -> int:
         report["resumed_equals_uninterrupted"] = whole["summary"] is not None and index_files(out / "index") == index_files(out / "whole")
         report["uninterrupted_seconds"] = whole["seconds"]
         print(f"resumed index equal, file for file, to an uninterrupted build ({whole['seconds']} s): {report['resumed_equals_uninterrupted']}")
+    if args.change:
+        report["change"] = change_a_page(folder, out, extra, rebuild=not args.no_rebuild)
     print(json.dumps(report))
     return 0
+
+
+def change_a_page(folder: Path, out: Path, extra: list[str], rebuild: bool) -> dict:
+    """The first rustdoc page over 2 KB gains a sentence, the index is brought up to date; then
+    the page is deleted from the index; each timed. With `rebuild`, the folder without the page
+    is built afresh and compared with the changed index."""
+    page = next(path for path in sorted(folder.rglob("*.html")) if path.stat().st_size > 2048 and b"</main>" in path.read_bytes())
+    page.write_bytes(page.read_bytes().replace(b"</main>", b"<p>HyperProve's benchmark added this sentence to the page.</p></main>", 1))
+    cache = ["--cache-dir", f"{out / 'index'}.cache"]  # the build's: its parsed documents are what an update reads
+    added = timed([sys.executable, "-m", "pipeline.cli", "index", "--add", str(folder), "--into", str(out / "index"), "--json", *cache])
+    deleted = timed([sys.executable, "-m", "pipeline.cli", "index", "--delete", str(page), "--into", str(out / "index"), "--json", *cache])
+    if added["summary"] is None or deleted["summary"] is None:
+        raise SystemExit(f"the change failed (exit {added['code']}, {deleted['code']})")
+    row = {"page": str(page.relative_to(folder)), **{f"{name}_{key}": result["summary"][key] for name, result in (("add", added), ("delete", deleted))
+                                                    for key in ("added", "removed", "seconds") if key in result["summary"]},
+           "add_command_seconds": added["seconds"], "delete_command_seconds": deleted["seconds"]}
+    print(f"{row['page']}: a sentence added, index brought up to date in {row['add_seconds']} s ({added['seconds']} s the command); "
+          f"the page deleted in {row['delete_seconds']} s ({deleted['seconds']} s the command)", flush=True)
+    if rebuild:
+        page.unlink()
+        fresh = timed(index_command(folder, out / "fresh", extra))
+        row["equals_fresh_build"] = fresh["summary"] is not None and same_content(out / "index", out / "fresh")
+        print(f"equal to a fresh build of the folder without the page: {row['equals_fresh_build']}")
+    return row
+
+
+def same_content(ours: Path, theirs: Path) -> bool:
+    """Both indexes hold the same passages (title, text, source), facts and entity names (ids and
+    order may differ: a changed index keeps its passages' ids)."""
+    from collections import Counter
+
+    from pipeline.index.store import load_index
+
+    a, b = load_index(ours), load_index(theirs)
+    return (sorted((p.title, p.text, p.source) for p in a.passages) == sorted((p.title, p.text, p.source) for p in b.passages)
+            and Counter(a.fact_text) == Counter(b.fact_text) and set(a.entity_names) == set(b.entity_names))
 
 
 if __name__ == "__main__":
