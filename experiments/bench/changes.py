@@ -46,7 +46,7 @@ from experiments.gold import hyperprove_chain
 from modules.facts import Fact, Passage
 from modules.retrieval.retriever import RetrieverConfig
 from pipeline.config import IndexConfig
-from pipeline.index.build import assemble_index, build_index, normalise_entity
+from pipeline.index.build import assemble_index, build_index, corpus_checksum, normalise_entity
 from pipeline.index.changes import grow_index, shrink_index
 from pipeline.index.corpus import load_corpus
 from pipeline.index.embedder import Embedder
@@ -221,9 +221,10 @@ def synthetic_phase(phase: str, folder: Path, n_facts: int, n_change: int) -> di
     if phase == "build":
         incidence, passage_of, n_passages, fact_vectors, entity_vectors = synthetic_corpus(n_facts)
         vectors = {"fact": fact_vectors, "entity": entity_vectors, "passage": unit_vectors(rng, n_passages)}
-        info = {"extractor": PreparedFacts.report(), "embedder": {"id": RandomVectors.id, "dim": RandomVectors.dim}, "config": asdict(config),
-                "corpus_sha256": "synthetic", "generations": [{"generation": 0, "added": n_passages, "facts": n_facts}]}
         passages = [Passage(f"p{k}", f"p{k}") for k in range(n_passages)]
+        info = {"extractor": PreparedFacts.report(), "embedder": {"id": RandomVectors.id, "dim": RandomVectors.dim}, "config": asdict(config),
+                "corpus_sha256": corpus_checksum(passages), "generations": [{"generation": 0, "added": n_passages, "facts": n_facts}],
+                "next_passage_id": n_passages}
         names, facts = [f"e{k}" for k in range(incidence.shape[1])], [f"f{k}" for k in range(n_facts)]
         index, seconds = timed(lambda: assemble_index(passages, facts, passage_of, incidence, names, vectors, config, info))
         _, save_s = timed(lambda: save_index(index, folder))
