@@ -170,13 +170,18 @@ def test_a_folder_indexed_on_ray_is_the_index_one_process_builds_and_resumes_fro
     from tests.test_ingest import manifest_files, write_docs
 
     write_docs(tmp_path / "docs")
-    flags = ["--embedder", "test-hash", "--eta", "0.7", "--batch-files", "2", "--json"]
+    flags = ["--embedder", "test-hash", "--eta", "0.7", "--batch-files", "2", "--json", "--cache-dir", tmp_path / "cache"]
     assert run(capsys, "index", tmp_path / "docs", "--out", tmp_path / "local", *flags, runtime=scripted_runtime)[0] == 0
+    local_parsed = {path.name: path.read_bytes() for path in (tmp_path / "cache" / "documents").rglob("*.json")}
+    shutil.rmtree(tmp_path / "cache")
     monkeypatch.setattr("pipeline.index.commands.finish", lambda out: None)  # the checkpoints stay
     code, out, err = run(capsys, "index", tmp_path / "docs", "--out", tmp_path / "ray", *flags, "--ray", "local", "--ray-workers", "2",
                          runtime=scripted_runtime)
     assert code == 0, err
     assert "--ray: 4 batches over 2 workers" in out and manifest_files(tmp_path / "ray") == manifest_files(tmp_path / "local")
+    # the files the workers read are kept by the driver, as one process keeps them: an update parses none of them again
+    assert {path.name: path.read_bytes() for path in (tmp_path / "cache" / "documents").rglob("*.json")} == local_parsed
+    assert len(local_parsed) == 8
     # two checkpoints gone: the next run on Ray does those two only
     for part in sorted(building_folder(tmp_path / "ray").iterdir())[1:3]:
         shutil.rmtree(part)

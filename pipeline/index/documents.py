@@ -716,8 +716,7 @@ class ParsedDocuments:
 
         self.directory = Path(cache_dir) / "documents"
         clear_scratch(self.directory, depth=2)  # entries a killed read was writing
-        code = b"".join(Path(module.__file__).read_bytes() for module in reader_modules())
-        self.reader = hashlib.sha256(code + " ".join(library_versions()).encode()).hexdigest()
+        self.reader = reader_code()
 
     def key(self, relative: str, digest: str, reading: Reading) -> str:
         return hashlib.sha256(json.dumps([self.reader, relative, digest, reading.record()]).encode("utf-8", "surrogateescape")).hexdigest()
@@ -736,6 +735,26 @@ class ParsedDocuments:
         path = self.directory / key[:2] / f"{key}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(path, json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogateescape"), sync=False)
+
+
+class ParsedInMemory(ParsedDocuments):
+    """What a Ray worker reads through: it finds nothing and keeps what it is given (`entries`),
+    for the driver to write (workers write no files)."""
+
+    def __init__(self):
+        self.reader, self.entries = reader_code(), {}
+
+    def get(self, key: str) -> None:
+        return None
+
+    def put(self, key: str, read: list[Passage] | str) -> None:
+        self.entries[key] = read
+
+
+def reader_code() -> str:
+    """sha256 of the code that decides what a file reads as, and of the libraries it reads with."""
+    code = b"".join(Path(module.__file__).read_bytes() for module in reader_modules())
+    return hashlib.sha256(code + " ".join(library_versions()).encode()).hexdigest()
 
 
 def reader_modules() -> list:

@@ -21,7 +21,7 @@ import json
 import os
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
@@ -38,6 +38,7 @@ from pipeline.index.documents import (
     REPEATS,
     FolderCorpus,
     ParsedDocuments,
+    ParsedInMemory,
     Reading,
     document_files,
     file_of,
@@ -71,6 +72,7 @@ class BatchPart:
     facts: list[Fact]
     vectors: dict[str, np.ndarray]
     retry: bool = False  # done again by a later build (an LM extractor fell back for some passage)
+    parsed: dict = field(default_factory=dict)  # a Ray worker's files read (`ParsedInMemory`), which the driver keeps
 
 
 def building_folder(out: str | Path) -> Path:
@@ -292,18 +294,23 @@ class FolderWorker:
         self.embedder = make_runtime(config).embedder
 
     def ingest(self, number: int, files: list[tuple[str, str]]) -> tuple[int, BatchPart]:
-        return number, ingest_batch(self.root, [(Path(path), relative) for path, relative in files], self.reading, self.extractor,
-                                    self.embedder)
+        parsed = ParsedInMemory()
+        part = ingest_batch(self.root, [(Path(path), relative) for path, relative in files], self.reading, self.extractor,
+                            self.embedder, parsed)
+        part.parsed = parsed.entries
+        return number, part
 
 
 def ray_workers(config, root: str | Path, make_runtime: Callable, log: Callable[[str], None] = print
                 ) -> Callable[[list[Batch]], Iterator[tuple[Batch, BatchPart]]]:
     """`ingest_folder`'s `workers` on the Ray cluster of `cluster.ray`: the batches over
     `FolderWorker`s, each with `make_runtime(config)`'s embedder, started when the first batch
-    is asked for and let go after the last."""
+    is asked for and let go after the last. The files each worker read are kept here
+    (`ParsedDocuments`), for later updates."""
     from pipeline.lm.cluster import WorkerPool, ray_module
 
     ray_module()  # the extra is missing: say so before any work
+    kept = ParsedDocuments(config.cache_dir)
 
     def run(batches: list[Batch]) -> Iterator[tuple[Batch, BatchPart]]:
         if not batches:
@@ -314,6 +321,9 @@ def ray_workers(config, root: str | Path, make_runtime: Callable, log: Callable[
             numbered = {batch.number: batch for batch in batches}
             asked = [(batch.number, [(str(path.resolve()), relative) for path, relative in batch.files]) for batch in batches]
             for number, part in pool.stream(lambda worker, item: worker.ingest.remote(*item), asked, "indexing"):
+                for key, read in part.parsed.items():
+                    kept.put(key, read)
+                part.parsed = {}
                 yield numbered[number], part
         finally:
             pool.close()
