@@ -114,6 +114,14 @@ def manifest_files(directory) -> dict:
     return {name: entry["sha256"] for name, entry in json.loads((directory / "manifest.json").read_text())["files"].items()}
 
 
+def test_a_folder_without_text_is_one_line_and_leaves_no_checkpoints(tmp_path, capsys):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "empty.md").write_text("\n\n")
+    code, _, err = run(capsys, "index", tmp_path / "docs", "--out", tmp_path / "idx", "--embedder", "test-hash")
+    assert code == 2 and err.strip().splitlines()[-1] == f"error: {tmp_path / 'docs'}: no document with text in it (1 skipped)"
+    assert not building_folder(tmp_path / "idx").exists() and not (tmp_path / "idx").exists()
+
+
 def test_a_batch_where_the_lm_extractor_fell_back_is_done_again_by_the_next_build(tmp_path):
     from dspy.utils import DummyLM
 

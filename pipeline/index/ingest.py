@@ -205,6 +205,7 @@ def ingest_folder(folder: str | Path, out: str | Path, config, runtime, extracto
     corpus, facts, vectors = join(root, parts, log)
     corpus.skipped[:0] = listing
     if not corpus.passages:
+        finish(out)  # nothing in them worth keeping
         raise HyperProveError(f"{root}: no document with text in it" + (f" ({len(corpus.skipped)} skipped)" if corpus.skipped else ""))
     return index_of(corpus.passages, facts, vectors, index_config, runtime.embedder, extractor), corpus
 
