@@ -876,6 +876,11 @@ def document_files(folder: Path, follow_links: bool = False, log: Callable[[str]
 REPEATS = "every passage repeats an earlier file's"
 
 
+def is_document(path: Path) -> bool:
+    """A file of a kind the folder reader reads (the others are counted, not read)."""
+    return path.suffix.lower() in READERS or path.suffix.lower() in CORPUS_SUFFIXES
+
+
 def read_folder(folder: str | Path, reading: Reading = Reading(), log: Callable[[str], None] = print,
                 prefix: str = "", leave_out: Collection[str] = (), progress: bool = False,
                 parsed: ParsedDocuments | None = None) -> FolderCorpus:
@@ -919,8 +924,8 @@ def read_documents(root: Path, files: Iterable[tuple[Path, str]], reading: Readi
         relative = prefix + relative
         if relative in leave_out:
             continue
-        suffix = path.suffix.lower()
-        if suffix not in READERS and suffix not in CORPUS_SUFFIXES:
+        if not is_document(path):
+            suffix = path.suffix.lower()
             corpus.other_kinds[suffix] = corpus.other_kinds.get(suffix, 0) + 1
             continue
         every, digest = read_passages(path, relative, reading, parsed)

@@ -33,8 +33,6 @@ from pipeline.files import atomic_directory, atomic_save_npy, atomic_write_json,
 from pipeline.index.build import HypergraphIndex, checked_extractor, embedded, index_of
 from pipeline.index.changes import appended_rows
 from pipeline.index.documents import (
-    CORPUS_SUFFIXES,
-    READERS,
     REPEATS,
     FolderCorpus,
     ParsedDocuments,
@@ -42,6 +40,7 @@ from pipeline.index.documents import (
     Reading,
     document_files,
     file_of,
+    is_document,
     read_documents,
     shown,
 )
@@ -86,7 +85,7 @@ def file_digest(path: Path, reading: Reading) -> bytes:
     reads; else its size (a file over the budget, or of another kind, is not read at all)."""
     try:
         size = path.stat().st_size
-        if path.suffix.lower() not in READERS and path.suffix.lower() not in CORPUS_SUFFIXES or size > reading.max_file_mb * 2**20:
+        if not is_document(path) or size > reading.max_file_mb * 2**20:
             return f"size {size}".encode()
         return bytes.fromhex(sha256_file(path))
     except OSError as error:
