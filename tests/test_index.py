@@ -407,6 +407,45 @@ def test_an_ivf_pq_search_ranks_its_candidates_by_the_stored_vectors():
     assert not np.allclose(coded, exact_scores, atol=1e-3) and len(set(coded_ids[0]) & set(exact_ids[0])) > 25
 
 
+def test_ivf_pq_has_finer_lists_and_scans_more_of_them():
+    """IVF: sqrt(N) lists (64 to 1024), 16 scanned; IVF-PQ: 2 sqrt(N) (64 to 8192), 256 scanned,
+    the default of a search and of a range search alike."""
+    from modules.retrieval.vectors import VectorIndex, lists_for
+
+    assert [lists_for(n, "ivf") for n in (60_000, 1_000_000, 3_000_000)] == [244, 1000, 1024]
+    assert [lists_for(n, "ivfpq") for n in (1500, 3_000_000, 10_000_000, 100_000_000)] == [77, 3464, 6324, 8192]
+    rng = np.random.default_rng(5)
+    vectors = unit_rows(rng, 1500, 32)
+    compressed, flat = VectorIndex.build(vectors, exact_max=100, compressed_min=1000), VectorIndex.build(vectors, exact_max=100)
+    assert (compressed.index.nlist, compressed.index.nprobe, flat.index.nlist, flat.index.nprobe) == (77, 256, 64, 16)
+    query = vectors[:1]
+    assert np.array_equal(compressed.search(query, 5)[1], compressed.search(query, 5, nprobe=256)[1])
+    assert not np.array_equal(compressed.within(query, 0.0)[1], compressed.within(query, 0.0, nprobe=16)[1])
+
+
+def test_coded_rows_decode_each_value_within_half_a_step_of_its_range():
+    """QT_8bit: a dimension's range is the sample's [min, max] widened by a tenth of its width
+    each way, cut in 255 steps; code c decodes to low + (c + 0.5) steps, so a value in the range
+    comes back within half a step, and one outside it as its end's code (0, or 255: half a step
+    above `high`)."""
+    from modules.retrieval.vectors import CodedRows
+
+    rng = np.random.default_rng(8)
+    vectors = unit_rows(rng, 500, 16)
+    coded = CodedRows.trained(vectors[::5], len(vectors))
+    for start in range(0, 500, 128):  # filled a block at a time
+        coded.put(start, vectors[start:start + 128])
+    low, high = vectors[::5].min(axis=0), vectors[::5].max(axis=0)
+    low, high = low - 0.1 * (high - low), high + 0.1 * (high - low)
+    step = (high - low) / 255
+    inside = (vectors >= low) & (vectors <= high)
+    decoded = coded[np.arange(500)]
+    assert decoded.dtype == np.float32 and coded.shape == (500, 16) and len(coded) == 500
+    assert np.all(np.abs(decoded - vectors)[inside] <= np.broadcast_to(step / 2, vectors.shape)[inside] + 1e-6)
+    assert np.allclose(decoded[~inside], np.where(vectors > high, high + step / 2, low + step / 2)[~inside], atol=1e-5)
+    assert np.array_equal(coded[np.array([7, 3])], decoded[[7, 3]]) and coded[7].shape == (1, 16)
+
+
 def test_vectors_added_to_an_ivf_index_answer_as_one_index_holding_them_all():
     """The added part shares the built lists' centroids, so a search scans the same lists in
     both: the reference is one IVF index on those centroids given every vector."""
@@ -566,12 +605,20 @@ def test_an_index_searched_by_pq_codes_is_saved_and_loaded_with_its_rows(tmp_pat
                            [f"e{k}" for k in range(300)], vectors, config, info)
     assert [index.fact_index.kind, index.entity_index.kind, index.passage_index.kind] == ["ivfpq", "ivf", "ivfpq"]
     assert VectorIndex.kind_for(1000, 100, 10) == "ivf"  # under PQ_MIN vectors: never compressed
+    assert index.fact_index.rows is index.fact_vectors and not index.row_codes  # built: the vectors are in memory
     save_index(index, tmp_path / "idx")
     loaded = load_index(tmp_path / "idx")
-    assert loaded.fact_index.kind == "ivfpq" and loaded.fact_index.rows is loaded.fact_vectors
-    # the vectors IVF-PQ searches are memory-mapped (read as rows are used), the others read in
+    # the vectors IVF-PQ searches are memory-mapped (kept for updates and saves), the others read in;
+    # queries read the mapped sets' rows from 8-bit codes in memory
     assert isinstance(loaded.fact_vectors, np.memmap) and not isinstance(loaded.entity_vectors, np.memmap)
     assert np.array_equal(loaded.fact_vectors, index.fact_vectors)
+    assert sorted(loaded.row_codes) == ["fact", "passage"] and loaded.fact_index.rows is loaded.row_codes["fact"]
+    assert loaded.fact_table.vectors is loaded.row_codes["fact"] and loaded.entity_index.rows is loaded.entity_vectors
+    assert np.abs(loaded.fact_table.vectors[np.arange(n)] - index.fact_vectors).max() < 0.01
     queries = index.fact_vectors[[0, 600, 1199]]
     ids = loaded.fact_index.search(queries, 1, nprobe=10_000)[1]
     assert ids[:, 0].tolist() == [0, 600, 1199] and json.loads((tmp_path / "idx" / "manifest.json").read_text())["vector_search"]["fact"] == "ivfpq"
+    retriever = loaded.retriever(RetrieverConfig(lexical_seeds=0, lexical_weight=0.0), lambda q: queries[0])
+    exact = index.retriever(RetrieverConfig(lexical_seeds=0, lexical_weight=0.0), lambda q: queries[0])
+    coded, truth = retriever("q").facts, exact("q").facts
+    assert [f.id for f in coded][:3] == [f.id for f in truth][:3] and abs(coded[0].cos - truth[0].cos) < 0.01

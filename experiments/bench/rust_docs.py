@@ -7,6 +7,7 @@ part-way and a resume, compared byte for byte with an uninterrupted build.
     python -m experiments.bench.rust_docs --out runs/rust --under std/env --kill-after 60
     python -m experiments.bench.rust_docs --out runs/rust --ray               # batches on a local Ray cluster
     python -m experiments.bench.rust_docs --out runs/rust --under std --change    # then a page changed and deleted
+    python -m experiments.bench.rust_docs --out runs/rust --resume            # go on with a build that was stopped
 
 The folder is the one holding the `index.html` that `rustup doc --path` prints (the std, core and
 alloc API pages, the books, the reference: about 33,000 pages over 2 KB; MIT OR Apache-2.0); `--docs`
@@ -17,7 +18,11 @@ without a kill into another folder, and reports whether the two indexes' files a
 the index up to date (`index --add OUT/docs --into OUT/index`), then deletes that page
 (`index --delete PAGE --into OUT/index`), each timed; last (unless `--no-rebuild`) it builds the
 folder without the page afresh and reports whether both indexes hold the same passages (title,
-text, source), facts and entity names.
+text, source), facts and entity names. `--resume` keeps what an earlier run of the same command
+left in OUT (its batch checkpoints, its copy of the folder) and goes on; the seconds reported are
+then this run's plus, for each earlier run, the time from its start to the last checkpoint or
+cache entry it wrote (the work after that was lost and is done again here), each listed under
+"attempts".
 """
 
 from __future__ import annotations
@@ -86,8 +91,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ray", action="store_true", help="the batches on a Ray cluster started by the command (--ray local)")
     parser.add_argument("--batch-files", type=int, help="files a batch (default: the index config's)")
     parser.add_argument("--change", action="store_true", help="index a copy, then change a page and delete it, timed")
-    parser.add_argument("--no-rebuild", action="store_true", help="--change: no fresh build to compare with (the whole folder: an hour)")
+    parser.add_argument("--no-rebuild", action="store_true", help="--change: no fresh build to compare with (the whole folder: hours)")
+    parser.add_argument("--resume", action="store_true", help="go on from what an earlier run of this command left in --out")
     args = parser.parse_args(argv)
+    if args.resume and args.kill_after:
+        parser.error("--resume goes on with one build; --kill-after makes two")
     docs = Path(args.docs) if args.docs else rust_docs()
     if docs is None:
         print("no Rust documentation here: `rustup doc --path` names none (rustup component add rust-docs installs it), "
@@ -101,11 +109,19 @@ def main(argv: list[str] | None = None) -> int:
     extra = [*(["--ray", "local"] if args.ray else []), *(["--batch-files", str(args.batch_files)] if args.batch_files else [])]
     pages = sum(1 for path in folder.rglob("*.html") if path.stat().st_size > 2048)
     print(f"{folder}: {pages} HTML pages over 2 KB", flush=True)
+    earlier = attempts(out) if args.resume else []
+    kept = ("index.building", "index.cache", "docs") if earlier else ()
     for stale in (out / "index", out / "whole", out / "fresh", out / "docs"):
         for path in (stale, stale.with_name(f"{stale.name}.building"), stale.with_name(f"{stale.name}.cache")):
-            shutil.rmtree(path, ignore_errors=True)
+            if path.name not in kept:
+                shutil.rmtree(path, ignore_errors=True)
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    (out / "attempts.json").write_text(json.dumps([*earlier, {"started": started}]))
     if args.change:
-        shutil.copytree(folder, out / "docs")
+        if not (out / "docs").is_dir():
+            shutil.copytree(folder, out / "docs.copying", dirs_exist_ok=True)
+            (out / "docs.copying").rename(out / "docs")
         folder = out / "docs"
     report = {"folder": str(folder), "pages_over_2kb": pages, "ray": args.ray}
     if args.kill_after:
@@ -120,11 +136,14 @@ def main(argv: list[str] | None = None) -> int:
     built = run["summary"]
     for line in run["lines"]:
         print(line)
+    spent = [*earlier, {"started": started, "seconds": run["seconds"]}]
+    seconds = round(sum(attempt["seconds"] for attempt in spent), 1)
     report.update(files=built["files"], skipped=built["skipped"], passages=built["passages"], facts=built["facts"],
-                  entities=built["entities"], seconds=run["seconds"], peak_rss_gib=built["peak_rss_gib"],
+                  entities=built["entities"], seconds=seconds, attempts=spent, peak_rss_gib=built["peak_rss_gib"],
                   index_gib=round(size_on_disk(out / "index"), 2))
     print(f"{built['files']} files ({built['skipped']} skipped): {built['passages']} passages, {built['facts']} facts, "
-          f"{built['entities']} entities in {run['seconds']} s; peak RSS {built['peak_rss_gib']} GiB; index {report['index_gib']} GiB on disk")
+          f"{built['entities']} entities in {seconds} s" + (f" ({len(spent)} runs: {', '.join(str(a['seconds']) for a in spent)} s)" if earlier else "")
+          + f"; peak RSS {built['peak_rss_gib']} GiB; index {report['index_gib']} GiB on disk")
     if args.kill_after:
         whole = timed(index_command(folder, out / "whole", extra))
         report["resumed_equals_uninterrupted"] = whole["summary"] is not None and index_files(out / "index") == index_files(out / "whole")
@@ -134,6 +153,22 @@ def main(argv: list[str] | None = None) -> int:
         report["change"] = change_a_page(folder, out, extra, rebuild=not args.no_rebuild)
     print(json.dumps(report))
     return 0
+
+
+def attempts(out: Path) -> list[dict]:
+    """The earlier runs of a resumed build, each {"started", "seconds"}: the seconds from its start
+    to the last thing it wrote that a resume uses (a batch checkpoint, or an embedding or a parsed
+    document in the build's cache folder; none: 0)."""
+    try:
+        runs = json.loads((out / "attempts.json").read_text())
+    except (OSError, ValueError):
+        return []
+    kept = [*(out / "index.building").glob("*/part.json"), *(path for path in (out / "index.cache").rglob("*") if path.is_file())]
+    written = sorted(path.stat().st_mtime for path in kept)
+    ends = [run["started"] for run in runs[1:]] + [float("inf")]
+    return [{"started": run["started"], "seconds": run.get("seconds")
+             or round(max([t for t in written if run["started"] <= t < end], default=run["started"]) - run["started"], 1)}
+            for run, end in zip(runs, ends)]
 
 
 def change_a_page(folder: Path, out: Path, extra: list[str], rebuild: bool) -> dict:

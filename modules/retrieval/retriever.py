@@ -48,7 +48,7 @@ from modules.config import RetrieverConfig
 from modules.errors import HyperProveError
 from modules.facts import Passage, ScoredFact
 from modules.retrieval.hypergraph import Hypergraph
-from modules.retrieval.vectors import VectorIndex
+from modules.retrieval.vectors import CodedRows, VectorIndex
 
 
 @dataclass
@@ -58,7 +58,7 @@ class FactTable:
     text: Sequence[str]
     passage: np.ndarray
     passages: Sequence[Passage]  # the corpus, by passage id: titles for facts, texts for readers
-    vectors: np.ndarray
+    vectors: np.ndarray | CodedRows  # unit vectors by fact id, or their codes (`rows[ids]` reads them alike)
     index: VectorIndex
     entity_facts: sp.csr_matrix | None = None  # entities x facts: the facts that name each entity (A_i, before synonyms)
 

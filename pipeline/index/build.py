@@ -24,7 +24,7 @@ from modules.lm.checks import find_entities, subject_name
 from modules.retrieval.hypergraph import Hypergraph, binary_csr, expand_synonyms
 from modules.retrieval.lexical import LexicalIndex
 from modules.retrieval.retriever import FactTable, HypergraphRetriever, RetrieverConfig
-from modules.retrieval.vectors import COMPRESSED_MIN, VectorIndex
+from modules.retrieval.vectors import COMPRESSED_MIN, CodedRows, VectorIndex
 from pipeline.config import IndexConfig
 from pipeline.index.extract import Extractor, make_extractor
 
@@ -113,10 +113,11 @@ class HypergraphIndex:
     surfaces: dict[tuple[int, int], str] = field(default_factory=dict)  # (fact, entity) -> the name the fact used, where not the entity's
     entity_keys: list[str] | None = None  # normalise_entity of each name, kept so that growing an index does not redo them all
     entity_order: np.ndarray | None = None  # per fact_entities entry: where its fact listed that entity (0, 1, ...); None: id order
+    row_codes: dict[str, CodedRows] = field(default_factory=dict)  # by VECTOR_SETS name: codes of a set whose vectors stay on disk
 
     def __post_init__(self) -> None:
         for name in VECTOR_SETS:  # what an IVF-PQ search ranks its candidates by
-            getattr(self, f"{name}_index").rows = getattr(self, f"{name}_vectors")
+            getattr(self, f"{name}_index").rows = self.rows(name)
         if self.passage_ids is None:
             self.passage_ids = np.arange(len(self.passages), dtype=np.int64)
         if self.entity_keys is None:
@@ -124,6 +125,11 @@ class HypergraphIndex:
         if self.entity_order is None:
             indptr = self.fact_entities.indptr
             self.entity_order = (np.arange(indptr[-1]) - np.repeat(indptr[:-1], np.diff(indptr))).astype(np.int32)
+
+    def rows(self, name: str) -> np.ndarray | CodedRows:
+        """What a query reads a set's rows from: its codes where it has them (its vectors are
+        memory-mapped), else its vectors."""
+        return self.row_codes.get(name, getattr(self, f"{name}_vectors"))
 
     @cached_property
     def hypergraph(self) -> Hypergraph:
@@ -136,7 +142,7 @@ class HypergraphIndex:
             text=self.fact_text,
             passage=self.fact_passage,
             passages=self.passages,
-            vectors=self.fact_vectors,
+            vectors=self.rows("fact"),
             index=self.fact_index,
             entity_facts=self.entity_facts,
         )
@@ -151,14 +157,15 @@ class HypergraphIndex:
                    entity_names: list[str], synonyms: sp.csr_matrix, vectors: dict[str, np.ndarray],
                    indexes: dict[str, VectorIndex], info: dict, passage_ids=None,
                    surfaces: dict[tuple[int, int], str] | None = None, entity_keys: list[str] | None = None,
-                   entity_order: np.ndarray | None = None) -> "HypergraphIndex":
-        """From the arrays a build computes or a load reads; `vectors` and `indexes` by VECTOR_SETS name."""
+                   entity_order: np.ndarray | None = None, row_codes: dict[str, CodedRows] | None = None) -> "HypergraphIndex":
+        """From the arrays a build computes or a load reads; `vectors`, `indexes` and `row_codes`
+        by VECTOR_SETS name."""
         return cls(
             passages=passages, fact_text=fact_text, fact_passage=np.asarray(fact_passage, dtype=np.int64),
             fact_entities=fact_entities, entity_names=entity_names, synonyms=synonyms,
             **{f"{name}_vectors": vectors[name] for name in VECTOR_SETS}, **{f"{name}_index": indexes[name] for name in VECTOR_SETS},
             info=info, passage_ids=None if passage_ids is None else np.asarray(passage_ids, dtype=np.int64), surfaces=surfaces or {},
-            entity_keys=entity_keys, entity_order=entity_order,
+            entity_keys=entity_keys, entity_order=entity_order, row_codes=row_codes or {},
         )
 
     @property
