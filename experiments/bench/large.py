@@ -11,8 +11,8 @@ a time, so no array of all of them is ever in memory. A query is a fact's vector
 noise again. Per size, two processes on one index folder:
 - build: `assemble_index` (synonym search, FAISS indexes: IVF-PQ above `compressed_search_min`,
   2M vectors) and `save_index`; seconds, peak memory, the index's size on disk;
-- search: `load_index` (fact and passage vectors memory-mapped where IVF-PQ searches them),
-  then two hops per query (`HypergraphRetriever`, no BM25: the texts are stand-ins), and the
+- search: `load_index` (fact and passage vectors memory-mapped where IVF-PQ searches them, their
+  rows read by queries from 8-bit codes in memory), then two hops per query (`HypergraphRetriever`, no BM25: the texts are stand-ins), and the
   seed search's recall@n_seeds against exact search (a scan of every stored vector, in blocks).
 Memory is sampled every 0.2 s from /proc/self/status: the peak of anonymous memory (what the
 process needs) beside the peak resident set (VmHWM, which also counts pages of memory-mapped
