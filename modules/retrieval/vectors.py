@@ -28,8 +28,7 @@ EXACT_MAX = 50_000  # up to this many vectors the search is exact (IndexFlatIP)
 COMPRESSED_MIN = 2_000_000  # above this many, IVF-PQ
 IVF_NPROBE = 16
 IVFPQ_NPROBE = 256
-NPROBE = {"ivf": IVF_NPROBE, "ivfpq": IVFPQ_NPROBE}  # lists a search scans by default, set at search time (an index saved
-# with another number is searched as one built today)
+NPROBE = {"ivf": IVF_NPROBE, "ivfpq": IVFPQ_NPROBE}  # lists a search scans: given at search time, whatever a saved index holds
 IVFPQ_MAX_LISTS = 8192
 REFINE = 32  # IVF-PQ: candidates asked of the codes per hit wanted, ranked again exactly
 _TRAIN_PER_LIST = 40  # FAISS wants >= 39 training points per centroid
