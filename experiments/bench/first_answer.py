@@ -3,6 +3,7 @@ start to its first answer and each later one, every LM call live.
 
     python -m experiments.bench.first_answer                      # the Cargo Book (104 pages) and 5 of its questions
     python -m experiments.bench.first_answer --folder DOCS --questions Q.json --ask 8 -- --documentation-demos
+    python -m experiments.bench.first_answer --index runs/rust/index --cache-dir runs/rust/index.cache --questions Q.json
 
 It indexes the folder into a fresh cache and index under `--out`, starts `hyperprove serve` on
 that index (any arguments after `--` go to both commands), waits for /health, then asks the
@@ -10,6 +11,8 @@ first `--ask` questions of the questions file one after another through POST /as
 answer carries what serve leaves until a question comes (the embedded LM's load). Nothing is
 cached from an earlier run, and the cores should be otherwise idle for the seconds to mean
 anything. Prints the times, each answer with its token F1, and writes them to OUT/first_answer.json.
+`--index IDX` serves an index built earlier (with `--cache-dir`, the cache it was built with)
+instead of building one.
 """
 
 from __future__ import annotations
@@ -84,32 +87,40 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--questions", default=str(CARGO_QUESTIONS), help='questions file: a list of {"question", "answer", ...}')
     parser.add_argument("--ask", type=int, default=5, help="how many of its questions to ask, in order")
     parser.add_argument("--out", default="runs/first-answer", help="where the cache, the index and first_answer.json go (emptied first)")
+    parser.add_argument("--index", help="serve this index, built earlier, instead of building one from --folder")
+    parser.add_argument("--cache-dir", help="with --index: the cache folder it was built with (default: a new one under --out)")
     args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
-    folder = Path(args.folder) if args.folder else cargo_book()
-    if folder is None or not folder.is_dir():
-        print("the Cargo Book was not found (`rustup doc --path` names no toolchain documentation here); give --folder", file=sys.stderr)
-        return 2
     questions = json.loads(Path(args.questions).read_text())[: args.ask]
     out = Path(args.out)
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    cache = ["--cache-dir", str(out / "cache")]
-
-    started = time.perf_counter()
-    built = subprocess.run(cli("index", str(folder), "--out", str(out / "index"), "--json", *cache, *passed), cwd=ROOT,
-                           capture_output=True, text=True)
-    index_seconds = time.perf_counter() - started
-    if built.returncode != 0:
-        print(built.stderr.strip().splitlines()[-1] if built.stderr.strip() else "hyperprove index failed", file=sys.stderr)
-        return 1
-    made = json.loads(built.stdout.strip().splitlines()[-1])
-    print(f"hyperprove index {folder}: {made['files']} files, {made['passages']} passages, {made['facts']} facts in {index_seconds:.1f} s",
-          flush=True)
+    cache = ["--cache-dir", args.cache_dir if args.index and args.cache_dir else str(out / "cache")]
+    if args.index:
+        index, index_seconds = Path(args.index), None
+        counts = json.loads((index / "manifest.json").read_text())["counts"]
+        made = {"files": None, "passages": counts.get("passages"), "facts": counts.get("facts")}
+        folder = index
+    else:
+        folder = Path(args.folder) if args.folder else cargo_book()
+        if folder is None or not folder.is_dir():
+            print("the Cargo Book was not found (`rustup doc --path` names no toolchain documentation here); give --folder", file=sys.stderr)
+            return 2
+        index = out / "index"
+        started = time.perf_counter()
+        built = subprocess.run(cli("index", str(folder), "--out", str(index), "--json", *cache, *passed), cwd=ROOT,
+                               capture_output=True, text=True)
+        index_seconds = round(time.perf_counter() - started, 1)
+        if built.returncode != 0:
+            print(built.stderr.strip().splitlines()[-1] if built.stderr.strip() else "hyperprove index failed", file=sys.stderr)
+            return 1
+        made = json.loads(built.stdout.strip().splitlines()[-1])
+        print(f"hyperprove index {folder}: {made['files']} files, {made['passages']} passages, {made['facts']} facts in {index_seconds} s",
+              flush=True)
 
     port = free_port()
     url = f"http://127.0.0.1:{port}/"
     started = time.perf_counter()
-    server = subprocess.Popen(cli("serve", str(out / "index"), "--port", str(port), "--no-track", *cache, *passed), cwd=ROOT,
+    server = subprocess.Popen(cli("serve", str(index), "--port", str(port), "--no-track", *cache, *passed), cwd=ROOT,
                               stdout=subprocess.DEVNULL, stderr=(out / "serve.log").open("w"))
     try:
         health = wait_ready(url, server)
@@ -128,12 +139,12 @@ def main(argv: list[str] | None = None) -> int:
         server.wait(timeout=60)
     later = sorted(item["seconds"] for item in asked[1:])
     summary = {"folder": str(folder), "files": made["files"], "passages": made["passages"], "facts": made["facts"],
-               "index_seconds": round(index_seconds, 1), "ready_seconds": round(ready, 1),
+               "index_seconds": index_seconds, "ready_seconds": round(ready, 1),
                "first_answer_seconds": round(ready + asked[0]["seconds"], 1) if asked else None,
                "later_answer_median_seconds": later[len(later) // 2] if later else None, "asked": asked, "passed": passed}
     (out / "first_answer.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(f"serve start to first answer: {summary['first_answer_seconds']} s; later answers, median {summary['later_answer_median_seconds']} s"
-          f" ({len(later)}); index built in {summary['index_seconds']} s")
+          f" ({len(later)})" + (f"; index built in {index_seconds} s" if index_seconds is not None else f"; index {index}"))
     return 0
 
 
