@@ -26,9 +26,7 @@ import numpy as np
 
 EXACT_MAX = 50_000  # up to this many vectors the search is exact (IndexFlatIP)
 COMPRESSED_MIN = 2_000_000  # above this many, IVF-PQ
-IVF_NPROBE = 16
-IVFPQ_NPROBE = 256
-NPROBE = {"ivf": IVF_NPROBE, "ivfpq": IVFPQ_NPROBE}  # lists a search scans: given at search time, whatever a saved index holds
+NPROBE = {"ivf": 16, "ivfpq": 256}  # lists a search scans: given at search time, whatever a saved index holds
 IVFPQ_MAX_LISTS = 8192
 REFINE = 32  # IVF-PQ: candidates asked of the codes per hit wanted, ranked again exactly
 _TRAIN_PER_LIST = 40  # FAISS wants >= 39 training points per centroid
@@ -140,7 +138,7 @@ class VectorIndex:
         k = max(1, min(k, len(self)))
         refined = self.kind == "ivfpq" and self.rows is not None
         asked = min(k * REFINE, len(self)) if refined else k
-        params = faiss.SearchParametersIVF(nprobe=nprobe or NPROBE[self.kind]) if self.kind != "exact" else None
+        params = self._scanned(nprobe)
         threads = faiss.omp_get_max_threads()
         if len(matrix) == 1:
             faiss.omp_set_num_threads(1)
@@ -162,6 +160,11 @@ class VectorIndex:
         scores, ids = np.take_along_axis(scores, best, axis=1), np.take_along_axis(ids, best, axis=1)
         ids[~np.isfinite(scores)] = -1
         return scores, ids
+
+    def _scanned(self, nprobe: int | None) -> faiss.SearchParametersIVF | None:
+        """The lists a search scans: `nprobe`, else NPROBE of this kind (None: exact search)."""
+        kind = self.kind
+        return None if kind == "exact" else faiss.SearchParametersIVF(nprobe=nprobe or NPROBE[kind])
 
     def remove(self, rows: np.ndarray) -> None:
         """Take out the vectors at `rows`; the rows after them move up, as in the array the index
@@ -222,7 +225,7 @@ class VectorIndex:
         id, score) triples ordered by query row: a range search, for when the number of near
         neighbours is not known in advance."""
         matrix = as_float_matrix(queries)
-        params = faiss.SearchParametersIVF(nprobe=nprobe or NPROBE[self.kind]) if self.kind != "exact" else None
+        params = self._scanned(nprobe)
         rows, ids, scores = [], [], []
         for part in self.parts:
             limits, part_scores, part_ids = part.range_search(matrix, float(threshold), params=params)
