@@ -184,6 +184,27 @@ def map_npy(path: str | Path):
     return array
 
 
+def read_rows(vectors, start: int, stop: int):
+    """Rows start..stop of an array; those of a memory-mapped one are read from its file, not
+    through the mapping, so that reading every row leaves no page of the file counted in this
+    process's memory."""
+    import numpy as np
+
+    if not isinstance(vectors, np.memmap):
+        return vectors[start:stop]
+    stop = min(stop, len(vectors))
+    width = int(np.prod(vectors.shape[1:]))
+    with open(vectors.filename, "rb") as handle:
+        handle.seek(vectors.offset + start * width * vectors.itemsize)
+        return np.fromfile(handle, dtype=vectors.dtype, count=(stop - start) * width).reshape(stop - start, *vectors.shape[1:])
+
+
+def row_blocks(vectors, block: int = 65_536) -> Iterator:
+    """(start, rows) of an array a block of rows at a time (`read_rows`)."""
+    for start in range(0, len(vectors), block):
+        yield start, read_rows(vectors, start, start + block)
+
+
 def sha256_file(path: str | Path, block: int = 1 << 22) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:

@@ -1,6 +1,7 @@
 """Entity normalisation, synonyms, the index build and its on-disk format."""
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -608,13 +609,22 @@ def test_an_index_searched_by_pq_codes_is_saved_and_loaded_with_its_rows(tmp_pat
     assert index.fact_index.rows is index.fact_vectors and not index.row_codes  # built: the vectors are in memory
     save_index(index, tmp_path / "idx")
     loaded = load_index(tmp_path / "idx")
-    # the vectors IVF-PQ searches are memory-mapped (kept for updates and saves), the others read in;
-    # queries read the mapped sets' rows from 8-bit codes in memory
-    assert isinstance(loaded.fact_vectors, np.memmap) and not isinstance(loaded.entity_vectors, np.memmap)
+    # the vectors IVF-PQ searches are memory-mapped (kept for updates and saves), and so are the entity
+    # vectors (queries never read them); queries read the IVF-PQ sets' rows from 8-bit codes
+    assert isinstance(loaded.fact_vectors, np.memmap) and isinstance(loaded.entity_vectors, np.memmap)
+    assert not isinstance(loaded.passage_vectors, np.memmap) or loaded.passage_index.kind == "ivfpq"
     assert np.array_equal(loaded.fact_vectors, index.fact_vectors)
     assert sorted(loaded.row_codes) == ["fact", "passage"] and loaded.fact_index.rows is loaded.row_codes["fact"]
     assert loaded.fact_table.vectors is loaded.row_codes["fact"] and loaded.entity_index.rows is loaded.entity_vectors
     assert np.abs(loaded.fact_table.vectors[np.arange(n)] - index.fact_vectors).max() < 0.01
+    # the codes are mapped from derived/, which the save wrote; a full load codes the vectors alike
+    assert isinstance(loaded.row_codes["fact"].codes, np.memmap)
+    shutil.rmtree(tmp_path / "idx" / "derived")
+    checked = load_index(tmp_path / "idx")
+    for name in ("fact", "passage"):
+        assert not isinstance(checked.row_codes[name].codes, np.memmap)
+        assert np.array_equal(checked.row_codes[name].codes, loaded.row_codes[name].codes)
+        assert np.array_equal(checked.row_codes[name].ranges(), loaded.row_codes[name].ranges())
     queries = index.fact_vectors[[0, 600, 1199]]
     ids = loaded.fact_index.search(queries, 1, nprobe=10_000)[1]
     assert ids[:, 0].tolist() == [0, 600, 1199] and json.loads((tmp_path / "idx" / "manifest.json").read_text())["vector_search"]["fact"] == "ivfpq"
@@ -622,3 +632,53 @@ def test_an_index_searched_by_pq_codes_is_saved_and_loaded_with_its_rows(tmp_pat
     exact = index.retriever(RetrieverConfig(lexical_seeds=0, lexical_weight=0.0), lambda q: queries[0])
     coded, truth = retriever("q").facts, exact("q").facts
     assert [f.id for f in coded][:3] == [f.id for f in truth][:3] and abs(coded[0].cos - truth[0].cos) < 0.01
+
+
+def same_parts(a, b) -> bool:
+    """Every part of two indexes that a load reads from passages.jsonl and facts.jsonl, and the rest."""
+    return (a.passages == b.passages and a.passage_ids.tolist() == b.passage_ids.tolist() and a.fact_text == b.fact_text
+            and a.fact_passage.tolist() == b.fact_passage.tolist() and (a.fact_entities != b.fact_entities).nnz == 0
+            and a.fact_entities.indices.tolist() == b.fact_entities.indices.tolist() and a.entity_order.tolist() == b.entity_order.tolist()
+            and a.surfaces == b.surfaces and a.entity_names == b.entity_names and a.info == b.info
+            and np.array_equal(a.fact_vectors, b.fact_vectors) and np.array_equal(a.entity_vectors, b.entity_vectors))
+
+
+def test_a_load_reads_the_checked_columns_until_a_file_changes(hash_embedder, tmp_path, monkeypatch):
+    """The writer leaves derived/ (columns, and a stamp of every file); a load that finds every
+    stamp as recorded reads the columns and hashes nothing. A changed listed file is checked in
+    full again (an edit made at once after the save is caught); a changed derived file is
+    ignored and written anew."""
+    from pipeline.index import derived
+
+    corpus = [*SHRUNK[:-1], Passage(SHRUNK[-1].title, SHRUNK[-1].text, source="docs/duel.md")]
+    built = build_index(corpus, IndexConfig(eta=0.7), hash_embedder, progress=False)
+    assert built.surfaces and built.entity_order.max() > 0  # the columns carry surface names and listed order
+    save_index(built, tmp_path / "idx")
+    folder = tmp_path / "idx" / "derived"
+    record = json.loads((folder / "record.json").read_text())
+    assert set(record["stamps"]) >= {"facts.jsonl", "passages.jsonl", "derived/fact_text.txt", "derived/fact_entity_ids.npy"}
+
+    def fail(*args, **kwargs):
+        raise AssertionError("hashed or parsed")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(index_store, "sha256_files", fail)
+        patched.setattr(index_store, "_jsonl_rows", fail)
+        fast = load_index(tmp_path / "idx")
+    assert same_parts(fast, built) and fast.passages[-1].source == "docs/duel.md"
+    (folder / "fact_text.txt").write_text("damaged")  # a derived file changed: ignored, and written anew
+    assert same_parts(load_index(tmp_path / "idx"), built) and (folder / "fact_text.txt").read_text() != "damaged"
+    with open(tmp_path / "idx" / "passages.jsonl", "r+b") as handle:  # a listed file changed in place, at once
+        handle.write(b"[")
+    with pytest.raises(HyperProveError, match=r"passages.jsonl: checksum mismatch"):
+        load_index(tmp_path / "idx")
+    assert derived.read_derived(tmp_path / "idx", index_store.read_manifest(tmp_path / "idx"), []) is None
+
+
+@pytest.mark.parametrize("texts", [[], ["", "a", ""], ["Léah\r\nAdler", "one\u2028two", "漢字", "x" * 5]])
+def test_text_columns_keep_every_text_as_it_was(tmp_path, texts, monkeypatch):
+    from pipeline.index import derived
+
+    monkeypatch.setattr(derived, "TEXT_BLOCK", 2)  # several blocks
+    derived.write_texts(tmp_path / "t.txt", texts)
+    assert derived.read_texts(tmp_path / "t.txt") == texts

@@ -289,6 +289,16 @@ def test_the_answer_record_names_the_first_answer_only_when_the_reader_chose_ano
     assert "answer_before_choice" not in answer_record("q", kept)
 
 
+def test_the_first_answer_bench_shows_the_cited_facts_or_else_the_top_one_with_their_files():
+    from experiments.bench.first_answer import evidence
+
+    fact = lambda i, passage: {"id": i, "passage": passage, "title": f"T{passage}", "text": f"fact {i}"}  # noqa: E731
+    record = {"chain": [{"hop": 1, "facts": [fact(4, 0), fact(7, 1)], "supporting": [7]}, {"hop": 2, "facts": [fact(9, 2), fact(3, 0)], "supporting": []}],
+              "sources": [{"id": 1, "source": "std/vec.html#2"}, {"id": 2}]}
+    assert evidence(record) == [{"hop": 1, "title": "T1", "text": "fact 7", "source": "std/vec.html#2"},
+                                {"hop": 2, "title": "T2", "text": "fact 9", "source": None}]
+
+
 def test_a_peer_reader_makes_the_same_choice():
     from experiments.qa import PassageReader
 

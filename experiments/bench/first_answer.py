@@ -79,6 +79,17 @@ def ask(url: str, question: str) -> tuple[dict, float]:
     return record, time.perf_counter() - started
 
 
+def evidence(record: dict) -> list[dict]:
+    """What an answer rests on: each hop's cited facts (or its top fact where it cited none), with
+    the file of the passage each came from."""
+    sources = {item["id"]: item.get("source") for item in record.get("sources", [])}
+    cited = []
+    for hop in record.get("chain") or []:
+        facts = [fact for fact in hop.get("facts", []) if fact["id"] in hop.get("supporting", [])] or hop.get("facts", [])[:1]
+        cited += [{"hop": hop["hop"], "title": fact["title"], "text": fact["text"], "source": sources.get(fact.get("passage"))} for fact in facts]
+    return cited
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     passed = argv[argv.index("--") + 1:] if "--" in argv else []
@@ -132,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
             golds = [question["answer"], *question.get("answer_aliases", [])]
             asked.append({"question": question["question"], "answer": record.get("answer"), "gold": question["answer"],
                           "f1": round(100 * f1_score(record.get("answer") or "", golds), 1), "seconds": round(seconds, 2),
-                          "hops": len(record.get("chain", []))})
+                          "hops": len(record.get("chain", [])), "lm_calls": record.get("lm_calls"), "evidence": evidence(record)})
             print(f"  {number}. {seconds:6.1f} s  F1 {asked[-1]['f1']:5.1f}  {question['question']} -> {record.get('answer')!r}", flush=True)
     finally:
         server.terminate()

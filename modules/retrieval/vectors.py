@@ -260,6 +260,19 @@ class CodedRows:
         quantiser.train(matrix)
         return cls(quantiser, np.zeros((n, quantiser.code_size), dtype=np.uint8))
 
+    @classmethod
+    def from_ranges(cls, ranges: np.ndarray, codes: np.ndarray) -> "CodedRows":
+        """Codes kept from an earlier `trained` one, with its `ranges`."""
+        quantiser = faiss.ScalarQuantizer(codes.shape[1], faiss.ScalarQuantizer.QT_8bit)
+        if ranges.shape != (2 * quantiser.d,):
+            raise ValueError(f"code ranges of shape {ranges.shape} for {quantiser.d}-d codes")
+        faiss.copy_array_to_vector(np.ascontiguousarray(ranges, dtype=np.float32), quantiser.trained)
+        return cls(quantiser, codes)
+
+    def ranges(self) -> np.ndarray:
+        """Each dimension's lowest value, then each one's width (what `from_ranges` takes)."""
+        return faiss.vector_to_array(self.quantiser.trained)
+
     def put(self, start: int, rows: np.ndarray) -> None:
         """Code `rows` as rows start, start + 1, ..."""
         self.codes[start:start + len(rows)] = self.quantiser.compute_codes(as_float_matrix(rows))

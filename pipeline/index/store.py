@@ -10,10 +10,12 @@ and a damaged, edited or mismatched index fails with one line saying what is wro
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import itertools
 import json
 from array import array
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
@@ -37,16 +39,17 @@ from pipeline.files import (
     read_json,
     read_npy,
     recover,
+    row_blocks,
     sha256_files,
     writer_lock,
 )
+from pipeline.index import derived
 from pipeline.index.build import VECTOR_SETS, HypergraphIndex, build_index, corpus_checksum, listed_incidence
 from pipeline.index.extract import EXTRACTOR_VERSIONS, describe_extraction, extractor_for
 
 FORMAT = "hyperprove-index"
 FORMAT_VERSION = 3  # 2: stable passage ids and surface names; 3: the manifest's own checksum and the next passage id
 DAMAGED = "; the index is damaged, rebuild it"
-CODE_SAMPLE = (16, 2048)  # runs of rows, spread over a memory-mapped set, that its codes' ranges are taken from
 
 
 def added_file(index_file: str) -> str:
@@ -71,7 +74,7 @@ def check_index_target(directory: str | Path) -> None:
     earlier HyperProve index (its manifest and the files it lists): replacing it would lose them."""
     directory = Path(directory)
     listed = _listed_files(directory) if directory.is_dir() else None  # None also for a foreign manifest.json
-    check_replaceable(directory, None if listed is None else {"manifest.json", *listed}, "a HyperProve index")
+    check_replaceable(directory, None if listed is None else {"manifest.json", derived.FOLDER, *listed}, "a HyperProve index")
 
 
 def manifest_checksum(manifest: dict) -> str:
@@ -129,6 +132,7 @@ def _write_index(index: HypergraphIndex, directory: Path, replaces: int | None) 
         }
         manifest["manifest_sha256"] = manifest_checksum(manifest)
         atomic_write_json(scratch / "manifest.json", manifest)
+        derived.write_derived(index, scratch, manifest, coded_sets(manifest))
         if replaces is not None:
             now = read_manifest(directory)["generations"][-1]["generation"]
             if now != replaces:
@@ -224,16 +228,23 @@ def check_built_with(manifest: dict, directory: Path, expect: IndexConfig) -> No
                                   f"ask for {built[name]!r} (--{name.replace('_', '-')} or index.{name} in the config) or rebuild the index")
 
 
+def coded_sets(manifest: dict) -> list[str]:
+    """The vector sets a load keeps as codes in memory and maps from disk: those IVF-PQ searches."""
+    return sorted(name for name, kind in manifest.get("vector_search", {}).items() if kind == "ivfpq")
+
+
 def load_index(directory: str | Path, expect_embedder: str | None = None, verify: bool = True,
                expect: IndexConfig | None = None) -> HypergraphIndex:
     """Load and check an index; any damage or mismatch is a one-line HyperProveError. `expect`
-    checks every setting that shapes the index, `expect_embedder` the embedder alone."""
+    checks every setting that shapes the index, `expect_embedder` the embedder alone. Each file
+    is checked in full once per change: `derived/` records what passed (`pipeline.index.derived`)."""
     directory = Path(directory)
     manifest = read_manifest(directory)
     for name in manifest["files"]:
         if not (directory / name).exists():
             raise HyperProveError(f"{directory / name}: missing from the index; rebuild it")
-    if verify:
+    columns = derived.read_derived(directory, manifest, coded_sets(manifest))
+    if verify and columns is None:
         digests = sha256_files([directory / name for name in manifest["files"]])
         for (name, entry), digest in zip(manifest["files"].items(), digests):
             if digest != entry["sha256"]:
@@ -244,27 +255,42 @@ def load_index(directory: str | Path, expect_embedder: str | None = None, verify
     if expect is not None:
         check_built_with(manifest, directory, expect)
     try:
-        index = _read_index(directory, manifest)
+        with collector_paused():
+            index = _read_index(directory, manifest, columns)
     except (ValueError, KeyError, TypeError, IndexError, OSError, EOFError, RuntimeError, RecursionError) as error:
         # A file that passed its checksum yet does not parse (written by hand, or truncated and re-summed).
         raise HyperProveError(f"{directory}: cannot be read ({type(error).__name__}: {str(error)[:120]}){DAMAGED}") from None
     if index.counts() != manifest.get("counts"):
         raise HyperProveError(f"{directory}/manifest.json: counts do not match the files; rebuild the index")
-    if corpus_checksum(index.passages) != manifest["corpus_sha256"]:
-        raise HyperProveError(f"{directory}/manifest.json: its corpus_sha256 is not the checksum of the passages in passages.jsonl{DAMAGED}")
+    if columns is None:
+        if corpus_checksum(index.passages) != manifest["corpus_sha256"]:
+            raise HyperProveError(f"{directory}/manifest.json: its corpus_sha256 is not the checksum of the passages in passages.jsonl{DAMAGED}")
+        if verify:
+            derived.try_write_derived(index, directory, manifest, coded_sets(manifest))
     return index
 
 
-def check_vectors(directory: Path, name: str, vectors: np.ndarray, dim: int, count: int, block: int = 65_536,
-                  codes: CodedRows | None = None) -> None:
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cycle collector off while millions of passages and texts are made: it would walk
+    every object made so far, again and again (2.5M passages: 4.3 s with it, 1.8 s without)."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
+
+
+def check_vectors(directory: Path, name: str, vectors: np.ndarray, dim: int, count: int, codes: CodedRows | None = None) -> None:
     """float32 rows of `dim`, finite and of unit norm (or all zero: a text with no words), a
     block of rows at a time: what search and the scores of step 9 assume of every vector.
     `codes`, where given, are filled from the same blocks (the file is read once)."""
     if vectors.dtype != np.float32 or vectors.shape != (count, dim):
         raise HyperProveError(f"{directory}: {name} vectors are {vectors.dtype} of shape {vectors.shape}, not float32 of "
                               f"({count}, {dim}) as the manifest counts say{DAMAGED}")
-    for start in range(0, count, block):
-        rows = mapped_rows(vectors, start, start + block) if isinstance(vectors, np.memmap) else vectors[start : start + block]
+    for start, rows in row_blocks(vectors):
         norms = np.einsum("ij,ij->i", rows, rows)
         bad = ~np.isfinite(norms) | ((np.abs(norms - 1.0) > 1e-3) & (norms != 0.0))
         if bad.any():
@@ -275,24 +301,6 @@ def check_vectors(directory: Path, name: str, vectors: np.ndarray, dim: int, cou
             codes.put(start, rows)
 
 
-def mapped_rows(vectors: np.memmap, start: int, stop: int) -> np.ndarray:
-    """Rows of a memory-mapped array read from its file, not through the mapping: a check of every
-    row then leaves no page of the file counted in this process's memory."""
-    stop = min(stop, len(vectors))
-    width = int(np.prod(vectors.shape[1:]))
-    with open(vectors.filename, "rb") as handle:
-        handle.seek(vectors.offset + start * width * vectors.itemsize)
-        return np.fromfile(handle, dtype=vectors.dtype, count=(stop - start) * width).reshape(stop - start, *vectors.shape[1:])
-
-
-def spread_rows(vectors: np.memmap, runs: int, length: int) -> np.ndarray:
-    """`runs` runs of `length` rows spread evenly over a memory-mapped array, each read from its
-    file in one go (rows picked one by one over the whole file are as many page reads: 20 s at
-    10M vectors)."""
-    starts = np.unique(np.linspace(0, max(len(vectors) - length, 0), runs).astype(np.int64))
-    return np.concatenate([mapped_rows(vectors, int(start), int(start) + length) for start in starts])
-
-
 def check_ids(directory: Path, what: str, ids: np.ndarray, count: int) -> None:
     """Every id in [0, count): a fact's passage, a listed entity, a synonym pair."""
     if len(ids) and (ids.min() < 0 or ids.max() >= count):
@@ -300,7 +308,8 @@ def check_ids(directory: Path, what: str, ids: np.ndarray, count: int) -> None:
         raise HyperProveError(f"{directory}: {what} {wrong} is out of range (there are {count}){DAMAGED}")
 
 
-def _read_index(directory: Path, manifest: dict) -> HypergraphIndex:
+def _parsed_rows(directory: Path, manifest: dict, n_entities: int) -> dict:
+    """passages.jsonl and facts.jsonl read and checked: what `derived.read_derived` gives."""
     passage_ids, passages = array("q"), []
     for row in _jsonl_rows(directory / "passages.jsonl"):
         passage_ids.append(row["id"])
@@ -314,15 +323,10 @@ def _read_index(directory: Path, manifest: dict) -> HypergraphIndex:
         listed.extend(fact["entities"])
         for entity, name in fact.get("surfaces", ()):
             surfaces[(number, int(entity))] = _text(name, "a surface name")
-    entity_names = read_json(directory / "entities.json", "entities", damaged_hint=DAMAGED)
-    entity_keys = read_json(directory / "entity_keys.json", "entity keys", damaged_hint=DAMAGED)
-    if not isinstance(entity_names, list) or not isinstance(entity_keys, list) or not all(isinstance(n, str) for n in entity_names + entity_keys):
-        raise TypeError("entities.json and entity_keys.json hold lists of names")
-    if len(entity_keys) != len(entity_names):
-        raise HyperProveError(f"{directory}: entity_keys.json does not match entities.json{DAMAGED}")
-    check_ids(directory, "facts.jsonl names passage", np.array(fact_passage, dtype=np.int64), len(passages))
-    check_ids(directory, "facts.jsonl names entity", np.array(listed, dtype=np.int64), len(entity_names))
-    check_ids(directory, "facts.jsonl: a surface name's entity", np.array([e for _, e in surfaces], dtype=np.int64), len(entity_names))
+    fact_passage = np.array(fact_passage, dtype=np.int64)
+    check_ids(directory, "facts.jsonl names passage", fact_passage, len(passages))
+    check_ids(directory, "facts.jsonl names entity", np.array(listed, dtype=np.int64), n_entities)
+    check_ids(directory, "facts.jsonl: a surface name's entity", np.array([e for _, e in surfaces], dtype=np.int64), n_entities)
     ids = np.array(passage_ids, dtype=np.int64)
     if len(np.unique(ids)) != len(ids) or (len(ids) and (ids.min() < 0 or ids.max() >= manifest["next_passage_id"])):
         raise HyperProveError(f"{directory}: passages.jsonl holds ids that repeat or lie outside [0, next_passage_id){DAMAGED}")
@@ -330,32 +334,47 @@ def _read_index(directory: Path, manifest: dict) -> HypergraphIndex:
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
     fact_entities, entity_order = listed_incidence(  # each fact's entities are stored as it listed them
         np.repeat(np.arange(len(fact_text)), lengths), np.array(listed, dtype=np.int64),
-        np.arange(lengths.sum()) - np.repeat(starts, lengths), (len(fact_text), len(entity_names)))
+        np.arange(lengths.sum()) - np.repeat(starts, lengths), (len(fact_text), n_entities))
+    return {"passages": passages, "passage_ids": ids, "fact_text": fact_text, "fact_passage": fact_passage,
+            "fact_entities": fact_entities, "entity_order": entity_order, "surfaces": surfaces}
+
+
+def _read_index(directory: Path, manifest: dict, columns: dict | None) -> HypergraphIndex:
+    """The index from its files; `columns`: the passages, facts and codes `derived/` holds, which
+    passed every check when recorded (None: read and check them here)."""
+    entity_names = read_json(directory / "entities.json", "entities", damaged_hint=DAMAGED)
+    entity_keys = read_json(directory / "entity_keys.json", "entity keys", damaged_hint=DAMAGED)
+    if not isinstance(entity_names, list) or not isinstance(entity_keys, list) or not all(isinstance(n, str) for n in entity_names + entity_keys):
+        raise TypeError("entities.json and entity_keys.json hold lists of names")
+    if len(entity_keys) != len(entity_names):
+        raise HyperProveError(f"{directory}: entity_keys.json does not match entities.json{DAMAGED}")
+    n_entities = len(entity_names)
+    parts = dict(columns) if columns is not None else _parsed_rows(directory, manifest, n_entities)
     pairs = read_npy(directory / "synonyms.npy").reshape(-1, 2)
     if pairs.dtype.kind not in "iu":
         raise TypeError(f"synonyms.npy holds {pairs.dtype}, not entity ids")
-    n_entities = len(entity_names)
     check_ids(directory, "synonyms.npy names entity", pairs.ravel().astype(np.int64), n_entities)
     synonyms = binary_csr(np.concatenate([pairs[:, 0], pairs[:, 1]]), np.concatenate([pairs[:, 1], pairs[:, 0]]), (n_entities, n_entities))
-    mapped = {name for name, kind in manifest.get("vector_search", {}).items() if kind == "ivfpq"}
+    coded = coded_sets(manifest)
+    mapped = {"entity", *coded}  # queries never read entity vectors (names are found by their words); updates read them in
     vectors = {name: (map_npy if name in mapped else read_npy)(directory / f"{name}_vectors.npy") for name in VECTOR_SETS}
     indexes = {name: VectorIndex(faiss.read_index(str(directory / index_file)),
                                  faiss.read_index(str(directory / added_file(index_file))) if added_file(index_file) in manifest["files"] else None)
                for name, index_file in VECTOR_SETS.items()}
-    expected = {"fact": len(fact_text), "entity": n_entities, "passage": len(passages)}
+    expected = {"fact": len(parts["fact_text"]), "entity": n_entities, "passage": len(parts["passages"])}
     dim = manifest["embedder"]["dim"]
-    codes = {}
+    codes = parts.pop("row_codes", {})
     for name, count in expected.items():
         if vectors[name].shape != (count, dim) or len(indexes[name]) != count:
             raise HyperProveError(f"{directory}: {name} vectors do not match the manifest counts; rebuild the index")
-        if name in mapped:  # queries read codes in memory, not rows of the file
-            codes[name] = CodedRows.trained(spread_rows(vectors[name], *CODE_SAMPLE), count)
-        check_vectors(directory, name, vectors[name], dim, count, codes=codes.get(name))
+        if columns is None:
+            if name in coded:  # queries read codes in memory, not rows of the file
+                codes[name] = derived.untrained_codes(vectors[name])
+            check_vectors(directory, name, vectors[name], dim, count, codes=codes.get(name))
     info = {key: manifest[key] for key in ("extractor", "embedder", "config", "corpus_sha256", "generations", "built_on", "next_passage_id", "documents")
             if key in manifest}
-    return HypergraphIndex.from_parts(passages, fact_text, np.array(fact_passage, dtype=np.int64), fact_entities, entity_names, synonyms,
-                                      vectors, indexes, info, passage_ids=np.array(passage_ids, dtype=np.int64), surfaces=surfaces,
-                                      entity_keys=entity_keys, entity_order=entity_order, row_codes=codes)
+    return HypergraphIndex.from_parts(vectors=vectors, indexes=indexes, info=info, row_codes=codes, entity_names=entity_names,
+                                      entity_keys=entity_keys, synonyms=synonyms, **parts)
 
 
 # --- the index cache -------------------------------------------------------------------------------
