@@ -682,3 +682,18 @@ def test_text_columns_keep_every_text_as_it_was(tmp_path, texts, monkeypatch):
     monkeypatch.setattr(derived, "TEXT_BLOCK", 2)  # several blocks
     derived.write_texts(tmp_path / "t.txt", texts)
     assert derived.read_texts(tmp_path / "t.txt") == texts
+
+
+def test_the_entity_index_is_read_on_first_use_from_the_files_the_load_checked(built, tmp_path):
+    """Queries never search entity names, so a load that trusts its record leaves their FAISS
+    file (3 GB at 10M facts) until an update or a baseline asks; a file replaced meanwhile is refused."""
+    save_index(built, tmp_path / "idx")
+    loaded, again = load_index(tmp_path / "idx"), load_index(tmp_path / "idx")
+    assert loaded.entity_index.deferred and not loaded.fact_index.deferred
+    query = built.entity_vectors[3]
+    assert loaded.entity_index.search(query, 2)[1].tolist() == built.entity_index.search(query, 2)[1].tolist()
+    assert not loaded.entity_index.deferred
+    shutil.copy(tmp_path / "idx" / "entities.faiss", tmp_path / "copy")
+    shutil.move(tmp_path / "copy", tmp_path / "idx" / "entities.faiss")  # the same bytes, another file
+    with pytest.raises(HyperProveError, match=r"entities.faiss: changed or gone since the index was loaded; load it again"):
+        again.entity_index.search(query, 2)

@@ -3,6 +3,7 @@
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -275,3 +276,15 @@ def test_naming_entities_in_a_long_capitalised_query_is_linear(saved, monkeypatc
         assert index.name_entities(" ".join(["Steven Spielberg"] + [f"Name{k}" for k in range(words)])) == [index.entity_ids["steven spielberg"]]
         assert len(calls) <= (words + 2) * (index.longest_name + 2)
     assert index.longest_name == 2
+
+
+def test_what_a_load_killed_while_writing_derived_left_neither_blocks_a_rebuild_nor_is_read(saved, files, capsys):
+    from pipeline.index.store import load_index
+
+    shutil.rmtree(saved / "derived")
+    scratch = saved / f".derived.tmp-{dead_pid()}"
+    scratch.mkdir()
+    (scratch / "fact_text.txt").write_text("half")
+    assert load_index(saved).counts()["passages"] == len(CORPUS) and (saved / "derived" / "record.json").exists() and not scratch.exists()
+    scratch.mkdir()
+    assert run(capsys, "index", files / "corpus.json", "--out", saved, "--embedder", "test-hash")[0] == 0

@@ -21,6 +21,8 @@ smaller than vectors, so the wider scan stays cheap; the cost is k-means over mo
 
 from __future__ import annotations
 
+from typing import Callable
+
 import faiss
 import numpy as np
 
@@ -54,14 +56,44 @@ class VectorIndex:
     as one index holding every vector would.
     """
 
-    def __init__(self, index: faiss.Index, added: faiss.Index | None = None, rows: np.ndarray | CodedRows | None = None):
+    def __init__(self, index: faiss.Index | None, added: faiss.Index | None = None, rows: np.ndarray | CodedRows | None = None,
+                 load: Callable[[], tuple[faiss.Index, faiss.Index | None]] | None = None):
         """`rows`: the vectors the index was given, row for row (or their `CodedRows`), which an
-        IVF-PQ search ranks its candidates by (`HypergraphIndex` hands them over)."""
+        IVF-PQ search ranks its candidates by (`HypergraphIndex` hands them over). `load`, with no
+        `index`: what gives the index and its added part on first use (a saved set that queries
+        never search, such as the entity names at 10M facts, 3 GB, is then read only by updates)."""
+        self.rows = rows
+        self._load = load
+        if index is not None:
+            self._set(index, added)
+
+    def _set(self, index: faiss.Index, added: faiss.Index | None) -> None:
         if added is not None and not _same_lists(index, added):
             raise ValueError("the added vectors' index is not an IVF index on the same centroids")
-        self.index = index
-        self.added = added
-        self.rows = rows
+        self._index, self._added = index, added
+
+    def _read(self) -> "VectorIndex":
+        """Itself, its deferred index read first."""
+        if self._load is not None:
+            self._set(*self._load())
+            self._load = None
+        return self
+
+    @property
+    def deferred(self) -> bool:
+        return self._load is not None
+
+    @property
+    def index(self) -> faiss.Index:
+        return self._read()._index
+
+    @property
+    def added(self) -> faiss.Index | None:
+        return self._read()._added
+
+    @added.setter
+    def added(self, added: faiss.Index | None) -> None:
+        self._added = added
 
     @staticmethod
     def kind_for(n: int, exact_max: int = EXACT_MAX, compressed_min: int = COMPRESSED_MIN) -> str:

@@ -10,10 +10,9 @@ any change (a copy, an edit, a rebuild) makes it check everything again and writ
 anew. The folder is not listed in the manifest, so the checksums that runs record are the same
 with or without it, and deleting it only costs the next load its speed.
 
-A record is trusted only when every file it stamps was last changed at least `SETTLED_NS`
-before the record was made: a file's times come from a clock that advances a tick at a time,
-so a file changed again within the tick of its last write could keep its stamp (git's "racily
-clean" entries). The writer waits out the rest of that margin.
+A file's times come from a clock that advances a tick at a time, so a file changed again within
+the tick of its last write could keep its stamp (git's "racily clean" entries): the record is
+written only once `SETTLED_NS` have passed since the last change of every file it stamps.
 """
 
 from __future__ import annotations
@@ -157,7 +156,7 @@ def try_write_derived(index, directory: Path, manifest: dict, coded: Sequence[st
 def read_derived(directory: Path, manifest: dict, coded: Sequence[str]) -> dict | None:
     """What `write_derived` wrote, when its record matches this manifest and every file is as it
     stamped it: the parts `HypergraphIndex.from_parts` takes from facts.jsonl and passages.jsonl
-    and the mapped sets' codes. None otherwise (the load then checks everything)."""
+    and the coded sets' codes, and the stamps. None otherwise (the load then checks everything)."""
     folder = directory / FOLDER
     try:
         record = json.loads((folder / "record.json").read_text(encoding="utf-8"))
@@ -169,7 +168,7 @@ def read_derived(directory: Path, manifest: dict, coded: Sequence[str]) -> dict 
             return None
         if any(stamp(directory / name) != recorded for name, recorded in stamps.items()):
             return None
-        return _read_columns(folder, manifest, coded)
+        return {**_read_columns(folder, manifest, coded), "stamps": stamps}
     except (OSError, ValueError, KeyError, TypeError):  # missing, stale or damaged: the full load makes it again
         return None
 

@@ -5,7 +5,9 @@ embedder id and dimension, extractor, counts, corpus checksum, the next passage 
 file, and the manifest's own checksum). It is written into a scratch directory and renamed into
 place by one writer at a time, so a crash or Ctrl-C never leaves a half-written index and two
 writers never lose each other's change; loading checks every checksum, shape, type and id range,
-and a damaged, edited or mismatched index fails with one line saying what is wrong.
+and a damaged, edited or mismatched index fails with one line saying what is wrong. Those checks
+run once per change of the files: `derived/` (`pipeline.index.derived`) records what passed, with
+columns that a later load reads in seconds.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import itertools
 import json
 from array import array
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
@@ -73,6 +76,7 @@ def check_index_target(directory: str | Path) -> None:
     """Refuse, before any work, an --out that is a file or a folder holding anything but an
     earlier HyperProve index (its manifest and the files it lists): replacing it would lose them."""
     directory = Path(directory)
+    recover(directory / derived.FOLDER)  # what a load killed while writing derived/ left
     listed = _listed_files(directory) if directory.is_dir() else None  # None also for a foreign manifest.json
     check_replaceable(directory, None if listed is None else {"manifest.json", derived.FOLDER, *listed}, "a HyperProve index")
 
@@ -96,6 +100,7 @@ def save_index(index: HypergraphIndex, directory: str | Path, replaces: int | No
 
 
 def _write_index(index: HypergraphIndex, directory: Path, replaces: int | None) -> None:
+    check_generation(directory, replaces)
     with atomic_directory(directory) as scratch:
         entity_ptr = index.fact_entities.indptr
         owner = np.repeat(np.arange(len(index.fact_text)), np.diff(entity_ptr))
@@ -133,11 +138,16 @@ def _write_index(index: HypergraphIndex, directory: Path, replaces: int | None) 
         manifest["manifest_sha256"] = manifest_checksum(manifest)
         atomic_write_json(scratch / "manifest.json", manifest)
         derived.write_derived(index, scratch, manifest, coded_sets(manifest))
-        if replaces is not None:
-            now = read_manifest(directory)["generations"][-1]["generation"]
-            if now != replaces:
-                raise HyperProveError(f"{directory}: changed by another writer (generation {now}, this change was made on "
-                                      f"generation {replaces}); nothing written, run the command again")
+        check_generation(directory, replaces)
+
+
+def check_generation(directory: Path, replaces: int | None) -> None:
+    """The directory still holds generation `replaces` (None: anything), else nothing is written."""
+    if replaces is not None:
+        now = read_manifest(directory)["generations"][-1]["generation"]
+        if now != replaces:
+            raise HyperProveError(f"{directory}: changed by another writer (generation {now}, this change was made on "
+                                  f"generation {replaces}); nothing written, run the command again")
 
 
 REQUIRED_FILES = {"passages.jsonl", "facts.jsonl", "entities.json", "entity_keys.json", "synonyms.npy",
@@ -243,7 +253,8 @@ def load_index(directory: str | Path, expect_embedder: str | None = None, verify
     for name in manifest["files"]:
         if not (directory / name).exists():
             raise HyperProveError(f"{directory / name}: missing from the index; rebuild it")
-    columns = derived.read_derived(directory, manifest, coded_sets(manifest))
+    with collector_paused():
+        columns = derived.read_derived(directory, manifest, coded_sets(manifest))
     if verify and columns is None:
         digests = sha256_files([directory / name for name in manifest["files"]])
         for (name, entry), digest in zip(manifest["files"].items(), digests):
@@ -339,6 +350,21 @@ def _parsed_rows(directory: Path, manifest: dict, n_entities: int) -> dict:
             "fact_entities": fact_entities, "entity_order": entity_order, "surfaces": surfaces}
 
 
+def read_faiss(directory: Path, manifest: dict, index_file: str, stamps: dict | None = None) -> tuple[faiss.Index, faiss.Index | None]:
+    """A vector set's FAISS index and the index of the vectors added since it was built; with
+    `stamps`, the files must still be those a load checked (a deferred read, `VectorIndex(load=)`)."""
+    names = [index_file, *([added_file(index_file)] if added_file(index_file) in manifest["files"] else [])]
+    for name in names if stamps is not None else ():
+        try:
+            same = derived.stamp(directory / name) == stamps.get(name)
+        except OSError:
+            same = False
+        if not same:
+            raise HyperProveError(f"{directory / name}: changed or gone since the index was loaded; load it again")
+    read = [faiss.read_index(str(directory / name)) for name in names]
+    return read[0], read[1] if len(read) > 1 else None
+
+
 def _read_index(directory: Path, manifest: dict, columns: dict | None) -> HypergraphIndex:
     """The index from its files; `columns`: the passages, facts and codes `derived/` holds, which
     passed every check when recorded (None: read and check them here)."""
@@ -358,14 +384,15 @@ def _read_index(directory: Path, manifest: dict, columns: dict | None) -> Hyperg
     coded = coded_sets(manifest)
     mapped = {"entity", *coded}  # queries never read entity vectors (names are found by their words); updates read them in
     vectors = {name: (map_npy if name in mapped else read_npy)(directory / f"{name}_vectors.npy") for name in VECTOR_SETS}
-    indexes = {name: VectorIndex(faiss.read_index(str(directory / index_file)),
-                                 faiss.read_index(str(directory / added_file(index_file))) if added_file(index_file) in manifest["files"] else None)
-               for name, index_file in VECTOR_SETS.items()}
+    stamps = parts.pop("stamps", None)
+    deferred = {"entity"} if stamps is not None else set()  # read by updates only, from the files the load checked
+    indexes = {name: VectorIndex(None, load=partial(read_faiss, directory, manifest, index_file, stamps)) if name in deferred
+               else VectorIndex(*read_faiss(directory, manifest, index_file)) for name, index_file in VECTOR_SETS.items()}
     expected = {"fact": len(parts["fact_text"]), "entity": n_entities, "passage": len(parts["passages"])}
     dim = manifest["embedder"]["dim"]
     codes = parts.pop("row_codes", {})
     for name, count in expected.items():
-        if vectors[name].shape != (count, dim) or len(indexes[name]) != count:
+        if vectors[name].shape != (count, dim) or (name not in deferred and len(indexes[name]) != count):
             raise HyperProveError(f"{directory}: {name} vectors do not match the manifest counts; rebuild the index")
         if columns is None:
             if name in coded:  # queries read codes in memory, not rows of the file
