@@ -179,6 +179,9 @@ def _add_config_flags(parser: argparse.ArgumentParser, retriever: bool = True, e
     config_flag(parser, "--deterministic", "lm.deterministic",
                 "local model: every request computes its whole prompt (no prompt cache), so the same prompt gets the same "
                 "answer (retries are seeded); about three times the seconds a question")
+    config_flag(parser, "--pin-prefixes", "lm.pin_prefixes",
+                "local model: each request starts from its prefix's saved state (instructions and demonstrations, computed once), "
+                "so the same request gets the same answer whatever ran before it")
     config_flag(parser, "--replay", "lm.replay",
                 "answer the LM calls from a results folder's recorded calls (lm_calls.jsonl.gz), or several folders' (comma-separated); "
                 "a call not there stops the run",

@@ -17,6 +17,7 @@ from typing import Callable
 from modules.errors import HyperProveError
 from pipeline.config import LOCAL_MODEL_ID, LOCAL_MODEL_NAME, LMConfig
 from pipeline.files import atomic_write_json, read_json, recover
+from pipeline.lm.prefix import PinnedPrefixes, PinningFront, poster
 from pipeline.serve.http import OwnPageOnly, Served, check_host, error, host_names, read_body, wait_until_stopped
 
 LOCAL_MODEL_FILE = f"{LOCAL_MODEL_NAME}.gguf"
@@ -83,8 +84,11 @@ class LocalServer:
     _lock = threading.Lock()
     _servers: dict[tuple, "LocalServer"] = {}
 
-    def __init__(self, model_path: Path, slots: int, context: int, cpu_threads: int, adjust: Callable | None = None):
-        """`adjust(params)` may change llama.cpp's settings before the server starts (benchmarks)."""
+    def __init__(self, model_path: Path, slots: int, context: int, cpu_threads: int, adjust: Callable | None = None,
+                 pin_prefixes: bool = False):
+        """`adjust(params)` may change llama.cpp's settings before the server starts (benchmarks).
+        `pin_prefixes`: requests reach the model through `PinnedPrefixes` (`address` is then its
+        front), the prefix states saved beside the model file."""
         try:
             import xllamacpp
         except ImportError:
@@ -98,15 +102,24 @@ class LocalServer:
         params.port = 0  # any free loopback port
         params.verbosity = -1
         params.warmup = False
+        states = model_path.parent / "prefixes" / LOCAL_MODEL_SHA256[:16]
+        if pin_prefixes:
+            states.mkdir(parents=True, exist_ok=True)
+            params.slot_save_path = f"{states}{os.sep}"  # llama.cpp joins it to a file name as it is
+            params.endpoint_slots = True
+            params.cache_ram_mib = 0  # no state but the restored one: its own prompt cache would bring others back
         if adjust is not None:
             adjust(params)
         self.server = xllamacpp.Server(params)
         self.address = self.server.listening_address
+        self.front = PinningFront(PinnedPrefixes(poster(self.address), states, slots), self.address) if pin_prefixes else None
+        if self.front is not None:
+            self.address = self.front.address
 
     @classmethod
     def get(cls, config: LMConfig) -> "LocalServer":
         path = local_model_path(config.local_model_dir)
-        key = (str(path), config.concurrency, config.local_context, cpu_threads(config))
+        key = (str(path), config.concurrency, config.local_context, cpu_threads(config), None, config.pin_prefixes)
         with cls._lock:
             if key not in cls._servers:
                 cls._servers[key] = cls(path, *key[1:])
@@ -176,7 +189,8 @@ def serve_local_model(config: LMConfig, host: str = "127.0.0.1", port: int = 808
         raise HyperProveError(f"serve-lm serves the embedded model; --lm {config.model} is served by its own provider")
     slots = config.concurrency
     try:
-        model = LocalServer(local_model_path(config.local_model_dir), slots, config.local_context, cpu_threads(config))
+        model = LocalServer(local_model_path(config.local_model_dir), slots, config.local_context, cpu_threads(config),
+                            pin_prefixes=config.pin_prefixes)
     except RuntimeError as error:  # llama.cpp's own refusal
         raise HyperProveError(f"serve-lm: the embedded model's server did not start ({error})") from None
     served = Served(guard(model.address, host_names(host)), host, port, "the embedded model")
