@@ -78,7 +78,7 @@ class PinnedPrefixes:
         prefix = os.path.commonprefix([alone, whole])
         self.post(f"/slots/{slot}?action=erase", {})
         self.post("/completion", {"prompt": prefix, "n_predict": 0, "cache_prompt": True, "id_slot": slot})
-        scratch = f".{name}.tmp-{os.getpid()}"
+        scratch = f".{name}.tmp-{os.getpid()}-{slot}"  # two slots may compute one prefix at once
         self.post(f"/slots/{slot}?action=save", {"filename": scratch})
         os.replace(self.folder / scratch, self.folder / name)
         states = sorted(self.folder.glob("*.bin"), key=lambda path: path.stat().st_mtime_ns)
