@@ -68,9 +68,9 @@ class LMConfig:
     # Local model: every request computes its whole prompt (the server's prompt cache off), so the
     # same prompt gets the same answer; about three times the seconds a question (experiments/FINDINGS.md).
     deterministic: bool = False
-    # Local model: each request starts from its fixed prefix's saved state (every message but the
-    # last), so what ran before it cannot change its answer, and each step's prefix stays cached
-    # (`pipeline.lm.prefix`).
+    # Local model: each request starts from its fixed prefix's saved state (every message before
+    # the last user message), so what ran before it cannot change its answer, and each step's
+    # prefix stays cached (`pipeline.lm.prefix`).
     pin_prefixes: bool = False
     # A results folder (or its lm_calls.jsonl.gz) whose recorded calls answer this run's LM requests
     # (`pipeline.lm.record`); a request not in it stops the run, unless `live` sends it to the LM.

@@ -183,3 +183,13 @@ def test_the_least_recently_used_states_go_first_beyond_the_kept_number(tmp_path
     pins.chat({"messages": steps[0]})  # restored: now the most recently used
     pins.chat({"messages": steps[2]})
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(state_name(m[:-1]) for m in (steps[0], steps[2]))
+
+
+def test_a_reply_begun_for_the_model_is_not_part_of_the_fixed_part(tmp_path):
+    from pipeline.lm.prefix import fixed_part
+
+    begun = [SYSTEM, *DEMO, {"role": "user", "content": "Capital of Italy?"}, {"role": "assistant", "content": "[[ ## answer ## ]]"}]
+    assert fixed_part(begun) == [SYSTEM, *DEMO] and fixed_part([{"role": "user", "content": "hi"}]) == []
+    server = Server(tmp_path)
+    PinnedPrefixes(server, tmp_path, slots=1).chat({"messages": begun})
+    assert server.sent[0] == ("/apply-template", {"messages": [SYSTEM, *DEMO]})

@@ -3,9 +3,10 @@
 llama.cpp reuses the longest prefix a slot already holds and computes the rest. The numbers it
 computes depend on how the rest is cut into batches (a repeated prompt recomputes one token, a
 new one hundreds), and a greedy token can flip with them: the same request gave another answer
-after other requests. Here the fixed part of a request, every message but the last (a step's
-instructions and demonstrations), is computed once in a slot emptied first, its state saved to a
-file named by its hash, and restored into the slot before each request that shares it. What the
+after other requests. Here the fixed part of a request, every message before its last user
+message (a step's instructions and demonstrations), is computed once in a slot emptied first,
+its state saved to a file named by its hash, and restored into the slot before each request
+that shares it. What the
 slot holds when the request arrives is then the same bytes every time, and only the question's
 own part is computed, in the same batches. Restoring also keeps each step's prefix warm across
 the steps of a question, which one slot's cache alone would lose at every change of step.
@@ -50,12 +51,13 @@ class PinnedPrefixes:
     def chat(self, body: dict) -> dict:
         """The reply to an OpenAI chat request, computed from its prefix's state."""
         messages = body.get("messages") or []
-        if len(messages) < 2 or body.get("stream"):
+        fixed = fixed_part(messages)
+        if not fixed or body.get("stream"):
             return self.post("/v1/chat/completions", body)
-        name = state_name(messages[:-1])
+        name = state_name(fixed)
         with self.slot() as slot:
             if not self._restore(slot, name):
-                self._compute(slot, messages, name)
+                self._compute(slot, fixed, messages, name)
             return self.post("/v1/chat/completions", {**body, "id_slot": slot, "cache_prompt": True})
 
     def _restore(self, slot: int, name: str) -> bool:
@@ -68,12 +70,12 @@ class PinnedPrefixes:
         except OSError:  # a state file llama.cpp cannot read (damaged): computed again
             return False
 
-    def _compute(self, slot: int, messages: list[dict], name: str) -> None:
+    def _compute(self, slot: int, fixed: list[dict], messages: list[dict], name: str) -> None:
         """The prefix's state, from an empty slot, saved under `name` (written aside, then renamed:
         a killed save leaves no state that looks whole). The prefix is the text the prefix's
         messages and the whole request share: a template may close the last prefix message
         differently when another message follows."""
-        alone = self.post("/apply-template", {"messages": messages[:-1]})["prompt"]
+        alone = self.post("/apply-template", {"messages": fixed})["prompt"]
         whole = self.post("/apply-template", {"messages": messages})["prompt"]
         prefix = os.path.commonprefix([alone, whole])
         self.post(f"/slots/{slot}?action=erase", {})
@@ -84,6 +86,13 @@ class PinnedPrefixes:
         states = sorted(self.folder.glob("*.bin"), key=lambda path: path.stat().st_mtime_ns)
         for stale in states[:-KEPT_STATES]:
             stale.unlink(missing_ok=True)
+
+
+def fixed_part(messages: list[dict]) -> list[dict]:
+    """The messages before the last user message: a step's instructions and demonstrations (a
+    reply begun for the model, which follows the question, is not part of it)."""
+    asked = [k for k, message in enumerate(messages) if message.get("role") == "user"]
+    return messages[: asked[-1]] if asked else []
 
 
 def state_name(prefix: list[dict]) -> str:
