@@ -159,6 +159,41 @@ class ScriptedEndpoint:
         self.address = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
 
 
+class JSONServer:
+    """A loopback HTTP server answering every GET and POST with JSON: `answer(request, body)`
+    gives (status, payload, extra headers), `body` being the POST's bytes (None for a GET)."""
+
+    def __init__(self, answer):
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                self.respond(None)
+
+            def do_POST(self):
+                self.respond(self.rfile.read(int(self.headers.get("content-length", 0))))
+
+            def respond(self, body):
+                status, payload, headers = answer(self, body)
+                raw = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.address = f"http://127.0.0.1:{self.server.server_port}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
 def rows(path) -> list[dict]:
     lines = gzip.decompress(path.read_bytes()).decode().splitlines()
     return [json.loads(line) for line in lines]

@@ -8,6 +8,7 @@ import urllib.request
 import pytest
 
 from pipeline.lm.prefix import PinnedPrefixes, PinningFront, UpstreamError, state_name
+from tests.support import JSONServer
 
 SYSTEM = {"role": "system", "content": "Answer in one word."}
 DEMO = [{"role": "user", "content": "Capital of France?"}, {"role": "assistant", "content": "Paris"}]
@@ -135,38 +136,10 @@ def test_the_front_answers_chat_requests_and_passes_the_servers_errors_on(tmp_pa
         upstream.close()
 
 
-class Upstream:
+def Upstream() -> JSONServer:  # noqa: N802 - stands in for a class
     """A stand-in llama.cpp server for what the front passes on: /health, and 404 for the rest."""
-
-    def __init__(self):
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802
-                self.answer(200, {"status": "ok", "path": self.path}) if self.path == "/health" else self.answer(404, {"error": f"no {self.path}"})
-
-            def do_POST(self):  # noqa: N802
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                self.answer(404, {"error": f"no {self.path}"})
-
-            def answer(self, status, payload):
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.address = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+    return JSONServer(lambda request, body: (200, {"status": "ok", "path": request.path}, {}) if request.path == "/health"
+                      else (404, {"error": f"no {request.path}"}, {}))
 
 
 def test_the_least_recently_used_states_go_first_beyond_the_kept_number(tmp_path, monkeypatch):

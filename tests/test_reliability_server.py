@@ -12,7 +12,7 @@ from experiments.bench.attacks import HangingLM
 from experiments.bench.postgres import free_port
 from modules.errors import HyperProveError
 from pipeline.runtime import Runtime
-from tests.support import HashEmbedder, dead_pid, one_line, run, score_alpha, two_hop_script
+from tests.support import HashEmbedder, JSONServer, dead_pid, one_line, run, score_alpha, two_hop_script
 
 
 def test_a_killed_workers_running_trial_is_failed_and_asked_again(tmp_path):
@@ -283,37 +283,17 @@ def threading_post(url: str, body: dict):
     return thread
 
 
-class Upstream:
+def Upstream() -> JSONServer:  # noqa: N802 - stands in for a class
     """A stand-in for llama.cpp's server: answers every path (`/props` names a file under $HOME)
     and reflects any Origin in its CORS headers, as llama.cpp does."""
 
-    def __init__(self):
-        import threading
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    def answer(request, body):
+        cors = {"Access-Control-Allow-Origin": request.headers.get("origin") or "*"}
+        if body is None:
+            return 200, {"path": request.path, "model_path": "/home/someone/.cache/model.gguf"}, cors
+        return 200, {"path": request.path, "body": json.loads(body), "origin": request.headers.get("origin")}, cors
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):
-                self.reply({"path": self.path, "model_path": "/home/someone/.cache/model.gguf"})
-
-            def do_POST(self):
-                body = self.rfile.read(int(self.headers.get("content-length", 0)))
-                self.reply({"path": self.path, "body": json.loads(body), "origin": self.headers.get("origin")})
-
-            def reply(self, data):
-                raw = json.dumps(data).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Access-Control-Allow-Origin", self.headers.get("origin") or "*")
-                self.send_header("Content-Length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.address = f"http://127.0.0.1:{self.server.server_port}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+    return JSONServer(answer)
 
 
 def test_serve_lm_passes_only_the_api_to_programs_and_nothing_to_web_pages():

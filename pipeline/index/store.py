@@ -253,8 +253,9 @@ def load_index(directory: str | Path, expect_embedder: str | None = None, verify
     for name in manifest["files"]:
         if not (directory / name).exists():
             raise HyperProveError(f"{directory / name}: missing from the index; rebuild it")
+    coded = coded_sets(manifest)
     with collector_paused():
-        columns = derived.read_derived(directory, manifest, coded_sets(manifest))
+        columns = derived.read_derived(directory, manifest, coded)
     if verify and columns is None:
         digests = sha256_files([directory / name for name in manifest["files"]])
         for (name, entry), digest in zip(manifest["files"].items(), digests):
@@ -267,7 +268,7 @@ def load_index(directory: str | Path, expect_embedder: str | None = None, verify
         check_built_with(manifest, directory, expect)
     try:
         with collector_paused():
-            index = _read_index(directory, manifest, columns)
+            index = _read_index(directory, manifest, columns, coded)
     except (ValueError, KeyError, TypeError, IndexError, OSError, EOFError, RuntimeError, RecursionError) as error:
         # A file that passed its checksum yet does not parse (written by hand, or truncated and re-summed).
         raise HyperProveError(f"{directory}: cannot be read ({type(error).__name__}: {str(error)[:120]}){DAMAGED}") from None
@@ -277,7 +278,7 @@ def load_index(directory: str | Path, expect_embedder: str | None = None, verify
         if corpus_checksum(index.passages) != manifest["corpus_sha256"]:
             raise HyperProveError(f"{directory}/manifest.json: its corpus_sha256 is not the checksum of the passages in passages.jsonl{DAMAGED}")
         if verify:
-            derived.try_write_derived(index, directory, manifest, coded_sets(manifest))
+            derived.try_write_derived(index, directory, manifest, coded)
     return index
 
 
@@ -365,9 +366,9 @@ def read_faiss(directory: Path, manifest: dict, index_file: str, stamps: dict | 
     return read[0], read[1] if len(read) > 1 else None
 
 
-def _read_index(directory: Path, manifest: dict, columns: dict | None) -> HypergraphIndex:
+def _read_index(directory: Path, manifest: dict, columns: dict | None, coded: list[str]) -> HypergraphIndex:
     """The index from its files; `columns`: the passages, facts and codes `derived/` holds, which
-    passed every check when recorded (None: read and check them here)."""
+    passed every check when recorded (None: read and check them here); `coded`: `coded_sets`."""
     entity_names = read_json(directory / "entities.json", "entities", damaged_hint=DAMAGED)
     entity_keys = read_json(directory / "entity_keys.json", "entity keys", damaged_hint=DAMAGED)
     if not isinstance(entity_names, list) or not isinstance(entity_keys, list) or not all(isinstance(n, str) for n in entity_names + entity_keys):
@@ -381,7 +382,6 @@ def _read_index(directory: Path, manifest: dict, columns: dict | None) -> Hyperg
         raise TypeError(f"synonyms.npy holds {pairs.dtype}, not entity ids")
     check_ids(directory, "synonyms.npy names entity", pairs.ravel().astype(np.int64), n_entities)
     synonyms = binary_csr(np.concatenate([pairs[:, 0], pairs[:, 1]]), np.concatenate([pairs[:, 1], pairs[:, 0]]), (n_entities, n_entities))
-    coded = coded_sets(manifest)
     mapped = {"entity", *coded}  # queries never read entity vectors (names are found by their words); updates read them in
     vectors = {name: (map_npy if name in mapped else read_npy)(directory / f"{name}_vectors.npy") for name in VECTOR_SETS}
     stamps = parts.pop("stamps", None)

@@ -108,18 +108,29 @@ class UpstreamError(OSError):
         self.status, self.body = status, body
 
 
-def poster(upstream: str, timeout: float | None = None) -> Post:
-    """`Post` to the llama.cpp server at `upstream` (its error replies raise `UpstreamError`)."""
+def send(url: str, data: bytes | None, method: str = "POST", kind: str = "application/json",
+         timeout: float | None = None) -> tuple[int, bytes, str | None]:
+    """One HTTP request: the status, body and content type of the reply, error statuses
+    included (a server that cannot be reached raises OSError)."""
     import urllib.error
     import urllib.request
 
+    request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": kind})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as reply:
+            return reply.status, reply.read(), reply.headers.get("Content-Type")
+    except urllib.error.HTTPError as failure:
+        return failure.code, failure.read(), failure.headers.get("Content-Type")
+
+
+def poster(upstream: str, timeout: float | None = None) -> Post:
+    """`Post` to the llama.cpp server at `upstream` (its error replies raise `UpstreamError`)."""
+
     def post(route: str, body: dict) -> dict:
-        request = urllib.request.Request(upstream + route, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(request, timeout=timeout) as reply:
-                return json.load(reply)
-        except urllib.error.HTTPError as failure:
-            raise UpstreamError(failure.code, failure.read()) from None
+        status, raw, _ = send(upstream + route, json.dumps(body).encode(), timeout=timeout)
+        if status >= 400:
+            raise UpstreamError(status, raw)
+        return json.loads(raw)
 
     return post
 
@@ -132,9 +143,10 @@ class PinningFront:
 
     def __init__(self, pins: PinnedPrefixes, upstream: str):
         import threading
-        import urllib.error
-        import urllib.request
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        def unanswered(failure: Exception) -> dict:
+            return {"error": {"message": f"the embedded model's server did not answer ({type(failure).__name__})"}}
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):  # noqa: N802 - the name http.server calls
@@ -146,21 +158,16 @@ class PinningFront:
                 except UpstreamError as failure:
                     self.reply(failure.status, failure.body)
                 except (ValueError, OSError) as failure:
-                    self.reply(502, {"error": {"message": f"the embedded model's server did not answer ({type(failure).__name__})"}})
+                    self.reply(502, unanswered(failure))
 
             def do_GET(self):  # noqa: N802
                 self.pass_on("GET", None)
 
             def pass_on(self, method: str, body: bytes | None) -> None:
-                headers = {"Content-Type": self.headers.get("Content-Type", "application/json")}
-                request = urllib.request.Request(upstream + self.path, data=body, method=method, headers=headers)
                 try:
-                    with urllib.request.urlopen(request) as reply:
-                        self.reply(reply.status, reply.read(), reply.headers.get("Content-Type"))
-                except urllib.error.HTTPError as failure:
-                    self.reply(failure.code, failure.read(), failure.headers.get("Content-Type"))
+                    self.reply(*send(upstream + self.path, body, method, self.headers.get("Content-Type", "application/json")))
                 except OSError as failure:
-                    self.reply(502, {"error": {"message": f"the embedded model's server did not answer ({type(failure).__name__})"}})
+                    self.reply(502, unanswered(failure))
 
             def reply(self, status: int, payload, kind: str | None = None) -> None:
                 data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
