@@ -415,6 +415,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve_lm.add_argument("--allow-remote", action="store_true", help="allow a --host other than loopback (the server has no authentication)")
     config_flag(serve_lm, "--slots", "lm.threads", "requests answered side by side (each gets its share of the context)", shown=1,
                 metavar="N")
+    config_flag(serve_lm, "--pin-prefixes", "lm.pin_prefixes",
+                "each request starts from its prefix's saved state, so the same request gets the same answer whatever ran before it")
     _add_config_file(serve_lm, "experiment config file (JSON) whose lm section to use")
     serve_lm.add_argument("--json", action="store_true", help="end with one JSON object")
     serve_lm.set_defaults(run=cmd_serve_lm)
