@@ -57,7 +57,7 @@ class LMConfig:
     # comma-separated, are spread over the workers of a Ray run; a single process uses the first.
     api_base: str | None = None
     local_model_dir: str = "~/.cache/hyperprove/models"  # where the 22 parts are joined once
-    local_context: int = Field(8192, ge=1024, le=131_072)  # local model: context tokens, shared by the slots
+    local_context: int = Field(8192, ge=1024, le=131_072)  # local model: context tokens of each slot
     local_cpu_threads: int = Field(0, ge=0, le=256)  # local model: compute threads (0: all cores)
     adapter: Adapter | None = None  # one of ADAPTERS; None: the model's default (`layout`)
     # A request with no reply within `timeout` seconds has failed (None: 300); a failed request is

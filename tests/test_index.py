@@ -619,8 +619,13 @@ def test_an_index_searched_by_pq_codes_is_saved_and_loaded_with_its_rows(tmp_pat
     assert np.abs(loaded.fact_table.vectors[np.arange(n)] - index.fact_vectors).max() < 0.01
     # the codes are mapped from derived/, which the save wrote; a full load codes the vectors alike
     assert isinstance(loaded.row_codes["fact"].codes, np.memmap)
+    # and read through once in the background, so that queries find them in the page cache
+    loaded.reading.join(timeout=30)
+    coded_bytes = sum((tmp_path / "idx" / "derived" / f"{name}_codes.npy").stat().st_size for name in ("fact", "passage"))
+    assert not loaded.reading.is_alive() and loaded.reading.read_bytes == coded_bytes > 2 * n * 48
     shutil.rmtree(tmp_path / "idx" / "derived")
     checked = load_index(tmp_path / "idx")
+    assert checked.reading is None  # its codes were computed in memory
     for name in ("fact", "passage"):
         assert not isinstance(checked.row_codes[name].codes, np.memmap)
         assert np.array_equal(checked.row_codes[name].codes, loaded.row_codes[name].codes)

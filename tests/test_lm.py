@@ -325,3 +325,42 @@ def test_the_deterministic_local_model_computes_every_prompt_whole(monkeypatch, 
     local = make_lm(LMConfig(deterministic=deterministic))
     assert {key: local.kwargs[key] for key in ("extra_body",) if key in local.kwargs} == extra
     assert local.kwargs["temperature"] == 0.0 and LMConfig.RECORDED_WITHOUT["deterministic"] is False
+
+
+def test_the_floor_of_a_run_counts_computed_prompt_tokens_and_generated_tokens_at_the_steps_length():
+    """Rates at 500 and 1,500 prompt tokens; a step of 2 calls with 2,000 prompt tokens reads them
+    at 1,000 a call: prefill 75 tok/s, generation 7.5 tok/s (halfway). Its 1,500 computed tokens
+    take 20 s and its 15 generated 2 s: 22 s. A call DSPy's cache answered costs no floor."""
+    from experiments.bench.floor import Floor, step_costs
+
+    floor = Floor({"rows": [{"length": 1500, "prefill_tok_s": 50, "generate_tok_s": 5}, {"length": 500, "prefill_tok_s": 100, "generate_tok_s": 10}]})
+    assert floor.seconds(100, 10, 200) == pytest.approx(100 / 100 + 10 / 10)  # below the shortest: its rates
+    cost = {"calls": 2, "cache_hits": 0, "prompt_tokens": 2000, "cached_prompt_tokens": 500, "completion_tokens": 15, "seconds": 30.0}
+    hit = {"calls": 1, "cache_hits": 1, "prompt_tokens": 0, "cached_prompt_tokens": 0, "completion_tokens": 0, "seconds": 0.1}
+    rows = [{"seconds": 40.0, "lm_steps": {"HopAnswerer": cost, "Decomposer": hit}},
+            {"seconds": 20.0, "lm_steps": {"HopAnswerer": {**cost, "seconds": 10.0}}}]
+    steps = step_costs(rows, floor)
+    assert steps["HopAnswerer"] == pytest.approx({"calls": 2, "cache_hits": 0, "computed": 1500, "cached": 500, "generated": 15, "seconds": 20.0, "floor": 22.0})
+    assert steps["Decomposer"]["floor"] == 0 and steps["Decomposer"]["cache_hits"] == 0.5
+    assert steps["total"]["seconds"] == 30.0 and steps["total"]["floor"] == pytest.approx(22.0) and steps["total"]["calls"] == 2.5
+
+
+def test_each_slot_of_the_local_model_gets_the_whole_context(monkeypatch, tmp_path):
+    """llama.cpp divides its context among the slots: 4 slots of 8,192 tokens need 32,768."""
+    import sys
+
+    from pipeline.lm.local import LocalServer
+
+    made = []
+
+    def params():
+        return SimpleNamespace(model=SimpleNamespace(), cpuparams=SimpleNamespace(), cpuparams_batch=SimpleNamespace())
+
+    def server(given):
+        made.append(given)
+        return SimpleNamespace(listening_address="http://127.0.0.1:9")
+
+    monkeypatch.setitem(sys.modules, "xllamacpp", SimpleNamespace(CommonParams=params, Server=server))
+    LocalServer(tmp_path / "model.gguf", 4, 8192, 2)
+    LocalServer(tmp_path / "model.gguf", 1, 8192, 2)
+    assert [(p.n_ctx, p.n_parallel) for p in made] == [(32768, 4), (8192, 1)]

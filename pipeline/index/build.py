@@ -13,6 +13,7 @@ import re
 import unicodedata
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
+from threading import Thread
 from typing import Callable, Sequence
 
 import numpy as np
@@ -114,6 +115,7 @@ class HypergraphIndex:
     entity_keys: list[str] | None = None  # normalise_entity of each name, kept so that growing an index does not redo them all
     entity_order: np.ndarray | None = None  # per fact_entities entry: where its fact listed that entity (0, 1, ...); None: id order
     row_codes: dict[str, CodedRows] = field(default_factory=dict)  # by VECTOR_SETS name: codes of a set whose vectors stay on disk
+    reading: Thread | None = field(default=None, repr=False, compare=False)  # a load's background read of the mapped codes
 
     def __post_init__(self) -> None:
         for name in VECTOR_SETS:  # what an IVF-PQ search ranks its candidates by
@@ -157,7 +159,8 @@ class HypergraphIndex:
                    entity_names: list[str], synonyms: sp.csr_matrix, vectors: dict[str, np.ndarray],
                    indexes: dict[str, VectorIndex], info: dict, passage_ids=None,
                    surfaces: dict[tuple[int, int], str] | None = None, entity_keys: list[str] | None = None,
-                   entity_order: np.ndarray | None = None, row_codes: dict[str, CodedRows] | None = None) -> "HypergraphIndex":
+                   entity_order: np.ndarray | None = None, row_codes: dict[str, CodedRows] | None = None,
+                   reading: Thread | None = None) -> "HypergraphIndex":
         """From the arrays a build computes or a load reads; `vectors`, `indexes` and `row_codes`
         by VECTOR_SETS name."""
         return cls(
@@ -165,7 +168,7 @@ class HypergraphIndex:
             fact_entities=fact_entities, entity_names=entity_names, synonyms=synonyms,
             **{f"{name}_vectors": vectors[name] for name in VECTOR_SETS}, **{f"{name}_index": indexes[name] for name in VECTOR_SETS},
             info=info, passage_ids=None if passage_ids is None else np.asarray(passage_ids, dtype=np.int64), surfaces=surfaces or {},
-            entity_keys=entity_keys, entity_order=entity_order, row_codes=row_codes or {},
+            entity_keys=entity_keys, entity_order=entity_order, row_codes=row_codes or {}, reading=reading,
         )
 
     @property

@@ -95,7 +95,7 @@ class LocalServer:
             raise HyperProveError(f"xllamacpp is not installed, so the embedded local model cannot run; {INSTALL_HINT}") from None
         params = xllamacpp.CommonParams()
         params.model.path = str(model_path)
-        params.n_ctx = context
+        params.n_ctx = context * slots  # llama.cpp divides it among the slots: each gets `context`
         params.n_parallel = slots
         params.cpuparams.n_threads = cpu_threads
         params.cpuparams_batch.n_threads = cpu_threads
@@ -195,7 +195,7 @@ def serve_local_model(config: LMConfig, host: str = "127.0.0.1", port: int = 808
         raise HyperProveError(f"serve-lm: the embedded model's server did not start ({error})") from None
     served = Served(guard(model.address, host_names(host)), host, port, "the embedded model")
     url = f"http://{host}:{port}/v1"
-    log(f"serving {LOCAL_MODEL_ID} at {url} ({slots} slot{'s' * (slots > 1)}, {config.local_context} context tokens); "
+    log(f"serving {LOCAL_MODEL_ID} at {url} ({slots} slot{'s' * (slots > 1)} of {config.local_context} context tokens); "
         f"clients: --api-base {url}; programs only, no web page's requests (Ctrl-C stops it)")
     how = wait_until_stopped(stop)
     served.stop()
