@@ -161,11 +161,11 @@ def search(folder: Path, n_queries: int) -> dict:
 def hop_times(retriever, queries: range) -> list[float]:
     """Milliseconds of each hop of two per query: a seed hop, then one from its frontier."""
     times = []
-    for k in queries:
+    for position, k in enumerate(queries):
         t0 = time.perf_counter()
         first = retriever(f"q{k}")
         t1 = time.perf_counter()
-        retriever(f"q{queries[(k - queries.start + 1) % len(queries)]}", frontier=first.frontier)
+        retriever(f"q{queries[(position + 1) % len(queries)]}", frontier=first.frontier)
         times += [1000 * (t1 - t0), 1000 * (time.perf_counter() - t1)]
     return times
 
